@@ -1,0 +1,276 @@
+"""One source of truth for the Transformer's hyperparameters (paper §3, §5, Table 3).
+
+`TransformerConfig` is a frozen dataclass. Named presets are derived from one another with
+`dataclasses.replace`, never copied: `base` is the paper's base model, `big` its big model, each
+row of Table 3 is `base` with the row's changes, and `small` / `tiny` are CPU-sized models.
+
+Example:
+>>> config = TransformerConfig.preset("base", vocab_size=37000)
+>>> config.d_k, config.d_v
+(64, 64)
+>>> TransformerConfig.preset("C-N2").num_layers
+2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown or impossible; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of the Transformer, named as in the paper.
+
+    Attributes:
+        vocab_size: size of the (shared) source/target subword vocabulary (§5.1).
+        target_vocab_size: set it for separate source and target vocabularies; `None` shares one
+            embedding between source, target and the pre-softmax projection (§3.4).
+        num_layers: N, identical layers in the encoder and in the decoder (§3.1).
+        d_model: width of every sub-layer output and of the embeddings (§3.1).
+        d_ff: inner width of the position-wise feed-forward network (§3.3).
+        num_heads: h, parallel attention heads (§3.2.2).
+        d_k: query/key width per head; `None` means d_model / h as in the paper.
+        d_v: value width per head; `None` means d_model / h.
+        residual_dropout: P_drop, applied to each sub-layer output before the residual add, and to
+            the sums of embeddings and positional encodings (§5.4).
+        attention_dropout: dropout on attention weights; not in the paper, default 0.
+        relu_dropout: dropout after the FFN's ReLU; not in the paper, default 0.
+        label_smoothing: ε_ls (§5.4).
+        positional_encoding: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
+        max_length: longest sequence the model handles: size of the learned position table and of
+            the preallocated decoding cache.
+        tie_embeddings: share the target embedding with the pre-softmax projection (§3.4).
+        layer_norm_epsilon: ε of layer normalization; the paper does not state it.
+        warmup_steps: warmup of the learning-rate schedule, Eq. 3 (§5.3).
+        adam_beta_1, adam_beta_2, adam_epsilon: Adam hyperparameters (§5.3).
+        train_steps: training steps of the paper's run for this model (§5.2, Table 3).
+    """
+
+    vocab_size: int = 37000
+    target_vocab_size: int | None = None
+    num_layers: int = 6
+    d_model: int = 512
+    d_ff: int = 2048
+    num_heads: int = 8
+    d_k: int | None = None
+    d_v: int | None = None
+    residual_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    label_smoothing: float = 0.1
+    positional_encoding: str = "sinusoidal"
+    max_length: int = 256
+    tie_embeddings: bool = True
+    layer_norm_epsilon: float = 1e-6
+    warmup_steps: int = 4000
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    train_steps: int = 100_000
+
+    def __post_init__(self):
+        # Resolve d_k = d_v = d_model / h here so every consumer sees concrete widths.
+        if self.d_k is None or self.d_v is None:
+            _require(self.num_heads > 0, "num_heads", self.num_heads, "must be positive")
+            _require(
+                self.d_model % self.num_heads == 0,
+                "d_model",
+                self.d_model,
+                f"must be divisible by num_heads={self.num_heads} when d_k/d_v are not given",
+            )
+            per_head = self.d_model // self.num_heads
+            object.__setattr__(self, "d_k", self.d_k if self.d_k is not None else per_head)
+            object.__setattr__(self, "d_v", self.d_v if self.d_v is not None else per_head)
+        self._validate()
+
+    def _validate(self):
+        for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v"):
+            _require(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
+        _require(self.max_length > 0, "max_length", self.max_length, "must be positive")
+        _require(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "must be positive")
+        if self.target_vocab_size is not None:
+            _require(
+                self.target_vocab_size > 0,
+                "target_vocab_size",
+                self.target_vocab_size,
+                "must be positive",
+            )
+        for name in ("residual_dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            _require(0.0 <= value < 1.0, name, value, "must be in [0, 1)")
+        _require(
+            self.positional_encoding in ("sinusoidal", "learned"),
+            "positional_encoding",
+            self.positional_encoding,
+            "must be 'sinusoidal' or 'learned'",
+        )
+        _require(
+            0.0 <= self.adam_beta_1 < 1.0, "adam_beta_1", self.adam_beta_1, "must be in [0, 1)"
+        )
+        _require(
+            0.0 <= self.adam_beta_2 < 1.0, "adam_beta_2", self.adam_beta_2, "must be in [0, 1)"
+        )
+        _require(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "must be positive")
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        return self.target_vocab_size is None
+
+    @property
+    def output_vocab_size(self) -> int:
+        return self.vocab_size if self.target_vocab_size is None else self.target_vocab_size
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """Builds a config from a mapping, rejecting unknown keys by name."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; known keys are {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> TransformerConfig:
+        """A copy with `changes` applied; unknown keys raise `ConfigError`."""
+        return TransformerConfig.from_dict({**self.to_dict(), **_reset_derived(self, changes)})
+
+    def with_overrides(self, assignments: list[str]) -> TransformerConfig:
+        """Applies `key=value` strings (the CLI's `--set`), parsing values as JSON when possible."""
+        changes = {}
+        for assignment in assignments:
+            key, sep, raw = assignment.partition("=")
+            if not sep:
+                raise ConfigError(f"--set expects key=value, got {assignment!r}")
+            changes[key.strip()] = _parse_value(raw.strip())
+        return self.replace(**changes)
+
+    @classmethod
+    def preset(cls, name: str, **changes) -> TransformerConfig:
+        """The named preset (see `PRESETS`) with optional `changes`."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; presets are {sorted(PRESETS)}")
+        return PRESETS[name].replace(**changes) if changes else PRESETS[name]
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        return cls.from_dict(json.loads(text))
+
+
+def _require(condition: bool, field: str, value: Any, requirement: str):
+    if not condition:
+        raise ConfigError(f"TransformerConfig.{field}={value!r} {requirement}")
+
+
+def _reset_derived(config: TransformerConfig, changes: dict[str, Any]) -> dict[str, Any]:
+    """Lets d_k/d_v follow a change of d_model or h unless they were set explicitly.
+
+    The paper always derives d_k = d_v = d_model / h except in Table 3 rows A-C, where the row
+    states them; a preset that changes d_model or h without naming d_k must not keep stale widths.
+    """
+    if {"d_model", "num_heads"} & set(changes):
+        changes = {"d_k": None, "d_v": None, **changes}
+    return changes
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _table3_rows(base: TransformerConfig) -> dict[str, TransformerConfig]:
+    """Table 3 of the paper: each row is `base` with the listed changes (blank = base)."""
+    rows = {
+        # (A) vary heads, keeping h * d_k = d_model (constant computation).
+        "A-h1": dict(num_heads=1, d_k=512, d_v=512),
+        "A-h4": dict(num_heads=4, d_k=128, d_v=128),
+        "A-h16": dict(num_heads=16, d_k=32, d_v=32),
+        "A-h32": dict(num_heads=32, d_k=16, d_v=16),
+        # (B) smaller attention keys; d_v stays 64.
+        "B-dk16": dict(d_k=16),
+        "B-dk32": dict(d_k=32),
+        # (C) model size.
+        "C-N2": dict(num_layers=2),
+        "C-N4": dict(num_layers=4),
+        "C-N8": dict(num_layers=8),
+        "C-d256": dict(d_model=256, d_k=32, d_v=32),
+        "C-d1024": dict(d_model=1024, d_k=128, d_v=128),
+        "C-dff1024": dict(d_ff=1024),
+        "C-dff4096": dict(d_ff=4096),
+        # (D) regularization.
+        "D-drop0.0": dict(residual_dropout=0.0),
+        "D-drop0.2": dict(residual_dropout=0.2),
+        "D-ls0.0": dict(label_smoothing=0.0),
+        "D-ls0.2": dict(label_smoothing=0.2),
+        # (E) learned positional embedding instead of sinusoids.
+        "E-learned": dict(positional_encoding="learned"),
+    }
+    return {name: base.replace(**changes) for name, changes in rows.items()}
+
+
+def _build_presets() -> dict[str, TransformerConfig]:
+    base = TransformerConfig()
+    presets = {
+        "base": base,
+        "big": base.replace(
+            d_model=1024, d_ff=4096, num_heads=16, residual_dropout=0.3, train_steps=300_000
+        ),
+        # CPU-sized: the peers' "small" workload (../shared/peers), 3+3 layers of width 256.
+        "small": base.replace(
+            vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4, warmup_steps=4000
+        ),
+        # Unit tests and smoke runs: seconds per step on one core.
+        "tiny": base.replace(
+            vocab_size=1000,
+            num_layers=2,
+            d_model=64,
+            d_ff=128,
+            num_heads=4,
+            warmup_steps=400,
+            max_length=64,
+        ),
+    }
+    presets.update(_table3_rows(base))
+    return presets
+
+
+PRESETS: dict[str, TransformerConfig] = _build_presets()
+
+# What Table 3 reports for each preset: (perplexity on newstest2013, BLEU, parameters in millions).
+# None where the paper leaves the cell blank (same as base for parameters).
+TABLE3_PAPER: dict[str, tuple[float, float, float | None]] = {
+    "base": (4.92, 25.8, 65),
+    "A-h1": (5.29, 24.9, None),
+    "A-h4": (5.00, 25.5, None),
+    "A-h16": (4.91, 25.8, None),
+    "A-h32": (5.01, 25.4, None),
+    "B-dk16": (5.16, 25.1, 58),
+    "B-dk32": (5.01, 25.4, 60),
+    "C-N2": (6.11, 23.7, 36),
+    "C-N4": (5.19, 25.3, 50),
+    "C-N8": (4.88, 25.5, 80),
+    "C-d256": (5.75, 24.5, 28),
+    "C-d1024": (4.66, 26.0, 168),
+    "C-dff1024": (5.12, 25.4, 53),
+    "C-dff4096": (4.75, 26.2, 90),
+    "D-drop0.0": (5.77, 24.6, None),
+    "D-drop0.2": (4.95, 25.5, None),
+    "D-ls0.0": (4.67, 25.3, None),
+    "D-ls0.2": (5.47, 25.7, None),
+    "E-learned": (4.92, 25.7, None),
+    "big": (4.33, 26.4, 213),
+}

@@ -1,0 +1,61 @@
+"""Token-level metrics that ignore padding: accuracy and perplexity (Table 3 reports PPL).
+
+Both accumulate over non-padding target tokens only, so a batch's padding cannot inflate accuracy
+or deflate perplexity. Perplexity uses the unsmoothed cross entropy: it is exp of the per-token
+negative log-likelihood, comparable across label-smoothing settings.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.losses import token_cross_entropy
+from keras_transformer.masks import PAD_ID
+
+
+class _TokenMetric(keras.metrics.Metric):
+    """Accumulates a per-token quantity and the count of non-padding tokens."""
+
+    def __init__(self, name, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        real = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")
+        self.total.assign_add(ops.sum(self.per_token(y_true, y_pred) * real))
+        self.count.assign_add(ops.sum(real))
+
+    def per_token(self, y_true, y_pred):
+        raise NotImplementedError
+
+    def get_config(self):
+        return {"name": self.name}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(_TokenMetric):
+    """Fraction of non-padding target tokens whose argmax prediction is right."""
+
+    def __init__(self, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def per_token(self, y_true, y_pred):
+        predicted = ops.argmax(y_pred, axis=-1)
+        return ops.cast(ops.equal(ops.cast(y_true, predicted.dtype), predicted), "float32")
+
+    def result(self):
+        return self.total / ops.maximum(self.count, 1.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Perplexity(_TokenMetric):
+    """exp(mean negative log-likelihood) over non-padding target tokens, without smoothing."""
+
+    def __init__(self, name="perplexity", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def per_token(self, y_true, y_pred):
+        return token_cross_entropy(y_true, y_pred)
+
+    def result(self):
+        return ops.exp(self.total / ops.maximum(self.count, 1.0))

@@ -1,0 +1,46 @@
+"""Scaled dot-product attention, Eq. 1 of §3.2.1.
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
+
+Scores and softmax are computed in float32 even under mixed precision, so that masked positions
+get exactly zero weight and long rows do not lose precision.
+
+Example:
+>>> import numpy as np
+>>> q = k = v = np.ones((1, 2, 1, 4), "float32")  # [batch, length, heads, depth]
+>>> output, weights = scaled_dot_product_attention(q, k, v)
+>>> tuple(output.shape), tuple(weights.shape)
+((1, 2, 1, 4), (1, 1, 2, 2))
+"""
+
+import math
+
+from keras import ops
+
+
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, training=None):
+    """Eq. 1 over several heads at once.
+
+    Args:
+        query: `[batch, query_length, heads, d_k]`.
+        key: `[batch, key_length, heads, d_k]`.
+        value: `[batch, key_length, heads, d_v]`.
+        mask: bool, broadcastable to `[batch, heads, query_length, key_length]`; `False` marks
+            positions that may not be attended to: their scores are set to the most negative
+            float32, the finite stand-in for -∞ that cannot turn a row into NaN.
+        dropout: optional `keras.layers.Dropout` on the attention weights (not in the paper).
+        training: passed to `dropout`.
+
+    Returns:
+        `(output, weights)`: output `[batch, query_length, heads, d_v]` in the query's dtype and
+        weights `[batch, heads, query_length, key_length]` in float32.
+    """
+    depth = ops.shape(query)[-1]
+    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    scores = ops.cast(scores, "float32") / math.sqrt(depth)
+    if mask is not None:
+        scores = ops.where(mask, scores, ops.cast(-3.4028235e38, "float32"))
+    weights = ops.softmax(scores, axis=-1)
+    dropped = dropout(weights, training=training) if dropout is not None else weights
+    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value)
+    return output, weights

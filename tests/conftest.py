@@ -1,0 +1,25 @@
+"""Shared test fixtures: the real data beside the checkout, and quiet, seeded TensorFlow."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """`../shared/data/multi30k` beside the checkout, or $KT_DATA_DIR."""
+    path = Path(os.environ.get("KT_DATA_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k"))
+    if not path.is_dir():
+        pytest.fail(f"Multi30k data not found at {path}; set KT_DATA_DIR")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    keras.utils.set_random_seed(1234)

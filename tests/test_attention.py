@@ -1,0 +1,83 @@
+"""Eq. 1 and §3.2.2 against NumPy written from the paper's formulas."""
+
+import keras
+import numpy as np
+from keras import ops
+from layer_testing import assert_config_round_trip
+
+from keras_transformer.multi_head_attention import MultiHeadAttention
+from keras_transformer.scaled_dot_product_attention import scaled_dot_product_attention
+
+
+def numpy_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_scaled_dot_product_attention_is_eq1():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(2, 3, 1, 8)), rng.normal(size=(2, 5, 1, 8))
+    v = rng.normal(size=(2, 5, 1, 6))
+    output, weights = scaled_dot_product_attention(*(x.astype("float32") for x in (q, k, v)))
+    expected_weights = numpy_softmax(q[:, :, 0] @ k[:, :, 0].transpose(0, 2, 1) / np.sqrt(8))
+    np.testing.assert_allclose(ops.convert_to_numpy(weights)[:, 0], expected_weights, atol=1e-5)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(output)[:, :, 0], expected_weights @ v[:, :, 0], atol=1e-5
+    )
+
+
+def test_masked_positions_get_exactly_zero_weight():
+    x = np.random.default_rng(1).normal(size=(1, 4, 2, 8)).astype("float32")
+    mask = np.array([True, True, False, False])[None, None, None, :]
+    _, weights = scaled_dot_product_attention(x, x, x, mask=mask)
+    weights = ops.convert_to_numpy(weights)
+    assert np.all(weights[..., 2:] == 0.0)
+    np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)
+
+
+def test_multi_head_attention_matches_per_head_numpy():
+    rng = np.random.default_rng(2)
+    layer = MultiHeadAttention(num_heads=2, d_k=3, d_v=5)
+    query = rng.normal(size=(1, 4, 8)).astype("float32")
+    memory = rng.normal(size=(1, 6, 8)).astype("float32")
+    output = ops.convert_to_numpy(layer(query, memory))
+    wq, bq = (ops.convert_to_numpy(w) for w in layer.query_dense.weights)
+    wk, bk = (ops.convert_to_numpy(w) for w in layer.key_dense.weights)
+    wv, bv = (ops.convert_to_numpy(w) for w in layer.value_dense.weights)
+    wo, bo = (ops.convert_to_numpy(w) for w in layer.output_dense.weights)
+    heads = []
+    for i in range(2):
+        q = query[0] @ wq[:, i] + bq[i]
+        k = memory[0] @ wk[:, i] + bk[i]
+        v = memory[0] @ wv[:, i] + bv[i]
+        heads.append(numpy_softmax(q @ k.T / np.sqrt(3)) @ v)
+    expected = np.concatenate(heads, -1) @ wo.reshape(2 * 5, 8) + bo  # Concat(heads) W^O
+    np.testing.assert_allclose(output[0], expected, atol=1e-5)
+
+
+def test_multi_head_attention_separate_key_and_value_widths():
+    layer = MultiHeadAttention(num_heads=8, d_k=16, d_v=64)  # Table 3 row (B)
+    layer(np.zeros((1, 2, 512), "float32"), np.zeros((1, 3, 512), "float32"))
+    shapes = {w.path.split("/")[-2]: tuple(w.shape) for w in layer.weights if "kernel" in w.path}
+    assert shapes == {
+        "query": (512, 8, 16),
+        "key": (512, 8, 16),
+        "value": (512, 8, 64),
+        "output": (8, 64, 512),
+    }
+
+
+def test_multi_head_attention_config_round_trip():
+    x = np.random.default_rng(3).normal(size=(2, 3, 8)).astype("float32")
+    assert_config_round_trip(MultiHeadAttention(num_heads=2, d_k=4, d_v=2), x, x)
+
+
+def test_attention_dropout_only_in_training():
+    layer = MultiHeadAttention(num_heads=1, d_k=4, d_v=4, attention_dropout=0.5)
+    x = np.ones((1, 8, 4), "float32")
+    a, b = layer(x, x, training=False), layer(x, x, training=False)
+    np.testing.assert_array_equal(ops.convert_to_numpy(a), ops.convert_to_numpy(b))
+    assert not np.allclose(
+        ops.convert_to_numpy(layer(x, x, training=True)), ops.convert_to_numpy(a)
+    )
+    assert keras.ops.convert_to_numpy(a).shape == (1, 8, 4)

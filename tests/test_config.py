@@ -1,0 +1,89 @@
+import pytest
+
+from keras_transformer import PRESETS, ConfigError, TransformerConfig
+
+
+def test_base_preset_is_the_paper_base_model():
+    config = TransformerConfig.preset("base")
+    assert (config.num_layers, config.d_model, config.d_ff, config.num_heads) == (6, 512, 2048, 8)
+    assert (config.d_k, config.d_v, config.residual_dropout, config.label_smoothing) == (
+        64,
+        64,
+        0.1,
+        0.1,
+    )
+    assert (config.adam_beta_1, config.adam_beta_2, config.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert config.warmup_steps == 4000 and config.positional_encoding == "sinusoidal"
+
+
+def test_big_preset_is_the_paper_big_model():
+    config = TransformerConfig.preset("big")
+    assert (config.d_model, config.d_ff, config.num_heads, config.residual_dropout) == (
+        1024,
+        4096,
+        16,
+        0.3,
+    )
+    assert config.d_k == config.d_v == 64
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("A-h1", dict(num_heads=1, d_k=512, d_v=512)),
+        ("A-h32", dict(num_heads=32, d_k=16, d_v=16)),
+        ("B-dk16", dict(d_k=16, d_v=64)),
+        ("C-d256", dict(d_model=256, d_k=32, d_v=32, num_heads=8)),
+        ("C-N8", dict(num_layers=8)),
+        ("D-ls0.0", dict(label_smoothing=0.0)),
+        ("E-learned", dict(positional_encoding="learned")),
+    ],
+)
+def test_table3_rows_change_only_what_the_row_says(name, expected):
+    config, base = TransformerConfig.preset(name), TransformerConfig.preset("base")
+    for key, value in expected.items():
+        assert getattr(config, key) == value
+    changed = {k for k, v in config.to_dict().items() if v != getattr(base, k)}
+    assert changed <= set(expected)
+
+
+def test_every_table3_row_has_a_preset():
+    rows = [n for n in PRESETS if n[0] in "ABCDE" and "-" in n]
+    assert len(rows) == 18
+
+
+def test_changing_d_model_rederives_head_widths():
+    assert TransformerConfig.preset("base", d_model=256).d_k == 32
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match="d_modle"):
+        TransformerConfig.from_dict({"d_modle": 512})
+    with pytest.raises(ConfigError, match="d_modle"):
+        TransformerConfig.preset("base").with_overrides(["d_modle=3"])
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(d_model=500), "d_model"),
+        (dict(residual_dropout=-0.1), "residual_dropout"),
+        (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(positional_encoding="rotary"), "positional_encoding"),
+        (dict(num_layers=0), "num_layers"),
+    ],
+)
+def test_impossible_values_name_the_field(changes, field):
+    with pytest.raises(ConfigError, match=field):
+        TransformerConfig.preset("base", **changes)
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ConfigError, match="base"):
+        TransformerConfig.preset("huge")
+
+
+def test_json_round_trip_and_overrides():
+    config = TransformerConfig.preset("small").with_overrides(["residual_dropout=0.3", "d_ff=512"])
+    assert (config.residual_dropout, config.d_ff) == (0.3, 512)
+    assert TransformerConfig.from_json(config.to_json()) == config

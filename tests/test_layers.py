@@ -1,0 +1,90 @@
+"""Positional encoding (§3.5), FFN (Eq. 2), Add & Norm (§3.1), shared embedding (§3.4)."""
+
+import math
+
+import numpy as np
+from keras import ops
+from layer_testing import assert_config_round_trip
+
+from keras_transformer.add_and_norm import AddAndNorm
+from keras_transformer.decoder_layer import DecoderLayer
+from keras_transformer.embeddings import SharedEmbedding
+from keras_transformer.encoder_layer import EncoderLayer
+from keras_transformer.position_wise_feed_forward import PositionWiseFeedForward
+from keras_transformer.positional_encoding import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+
+def paper_positional_encoding(length, d_model):
+    """§3.5, written loop by loop from the formula."""
+    pe = np.zeros((length, d_model))
+    for pos in range(length):
+        for i in range(d_model // 2):
+            pe[pos, 2 * i] = math.sin(pos / 10000 ** (2 * i / d_model))
+            pe[pos, 2 * i + 1] = math.cos(pos / 10000 ** (2 * i / d_model))
+    return pe
+
+
+def test_sinusoidal_encoding_equals_section_3_5():
+    layer = SinusoidalPositionalEncoding()
+    out = ops.convert_to_numpy(layer(np.zeros((2, 50, 64), "float32")))
+    np.testing.assert_allclose(out[1], paper_positional_encoding(50, 64), atol=2e-5)
+
+
+def test_sinusoidal_encoding_with_start_index_is_a_slice():
+    layer = SinusoidalPositionalEncoding()
+    out = ops.convert_to_numpy(layer(np.zeros((1, 1, 16), "float32"), start_index=7))
+    np.testing.assert_allclose(out[0, 0], paper_positional_encoding(8, 16)[7], atol=1e-5)
+
+
+def test_learned_positions_are_a_trained_table():
+    layer = LearnedPositionalEmbedding(max_length=10)
+    out = ops.convert_to_numpy(layer(np.zeros((1, 3, 4), "float32"), start_index=2))
+    np.testing.assert_allclose(out[0], ops.convert_to_numpy(layer.position_embeddings)[2:5])
+    assert_config_round_trip(layer, np.zeros((1, 3, 4), "float32"))
+
+
+def test_feed_forward_is_eq2():
+    layer = PositionWiseFeedForward(d_ff=16)
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    w1, b1, w2, b2 = (ops.convert_to_numpy(w) for w in (*layer_weights(layer, x),))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(x)), np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5
+    )
+    assert_config_round_trip(layer, x)
+
+
+def layer_weights(layer, x):
+    layer(x)
+    return layer.inner.kernel, layer.inner.bias, layer.outer.kernel, layer.outer.bias
+
+
+def test_add_and_norm_is_layernorm_of_the_residual_sum():
+    x, y = np.random.default_rng(1).normal(size=(2, 2, 3, 8)).astype("float32")
+    out = ops.convert_to_numpy(AddAndNorm(residual_dropout=0.5)(x, y, training=False))
+    s = x + y
+    expected = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(out, expected, atol=1e-4)
+    assert_config_round_trip(AddAndNorm(residual_dropout=0.1), x, y)
+
+
+def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
+    layer = SharedEmbedding(vocab_size=11, d_model=16)
+    ids = np.array([[3, 4]])
+    hidden = ops.convert_to_numpy(layer(ids))
+    table = ops.convert_to_numpy(layer.embeddings)
+    np.testing.assert_allclose(hidden[0], table[[3, 4]] * 4.0, atol=1e-6)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.logits(hidden)), hidden @ table.T, atol=1e-4
+    )
+    assert_config_round_trip(layer, ids)
+
+
+def test_encoder_and_decoder_layers_round_trip():
+    args = dict(num_heads=2, d_k=4, d_v=4, d_ff=16, residual_dropout=0.1)
+    x = np.random.default_rng(2).normal(size=(2, 3, 8)).astype("float32")
+    memory = np.random.default_rng(3).normal(size=(2, 5, 8)).astype("float32")
+    assert_config_round_trip(EncoderLayer(**args), x)
+    assert_config_round_trip(DecoderLayer(**args), x, memory)
