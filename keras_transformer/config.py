@@ -50,6 +50,9 @@ class TransformerConfig:
         warmup_steps: warmup of the learning-rate schedule, Eq. 3 (§5.3).
         adam_beta_1, adam_beta_2, adam_epsilon: Adam hyperparameters (§5.3).
         train_steps: training steps of the paper's run for this model (§5.2, Table 3).
+        batch_tokens: tokens per batch on each side, source and target (§5.1: about 25,000 over
+            8 GPUs); split evenly between replicas.
+        learning_rate_scale: factor on Eq. 3; 1.0 is the paper.
     """
 
     vocab_size: int = 37000
@@ -73,6 +76,8 @@ class TransformerConfig:
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
     train_steps: int = 100_000
+    batch_tokens: int = 25_000
+    learning_rate_scale: float = 1.0
 
     def __post_init__(self):
         # Resolve d_k = d_v = d_model / h here so every consumer sees concrete widths.
@@ -94,6 +99,13 @@ class TransformerConfig:
             _require(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
         _require(self.max_length > 0, "max_length", self.max_length, "must be positive")
         _require(self.warmup_steps > 0, "warmup_steps", self.warmup_steps, "must be positive")
+        _require(self.batch_tokens > 0, "batch_tokens", self.batch_tokens, "must be positive")
+        _require(
+            self.learning_rate_scale > 0,
+            "learning_rate_scale",
+            self.learning_rate_scale,
+            "must be positive",
+        )
         if self.target_vocab_size is not None:
             _require(
                 self.target_vocab_size > 0,
@@ -231,7 +243,7 @@ def _build_presets() -> dict[str, TransformerConfig]:
         ),
         # CPU-sized: the peers' "small" workload (../shared/peers), 3+3 layers of width 256.
         "small": base.replace(
-            vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4, warmup_steps=4000
+            vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4, batch_tokens=4096
         ),
         # Unit tests and smoke runs: seconds per step on one core.
         "tiny": base.replace(
@@ -242,6 +254,7 @@ def _build_presets() -> dict[str, TransformerConfig]:
             num_heads=4,
             warmup_steps=400,
             max_length=64,
+            batch_tokens=1024,
         ),
     }
     presets.update(_table3_rows(base))

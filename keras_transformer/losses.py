@@ -5,7 +5,9 @@ model learns to be more unsure, but improves accuracy and BLEU score."
 
 The smoothed target puts 1 - ε on the reference token and spreads ε uniformly over the whole
 vocabulary, q = (1 - ε)·onehot(y) + ε/V, as in Szegedy et al. (2016) and Keras's own
-`label_smoothing`. Padding positions (id 0) carry no loss; the loss is the mean over real tokens.
+`label_smoothing`. Padding positions (id 0) carry no loss; the loss is the mean over the real
+tokens of the whole global batch, also when it is split across replicas (see
+`global_token_count`).
 """
 
 import keras
@@ -27,6 +29,25 @@ def token_cross_entropy(target_ids, logits, label_smoothing=0.0):
     if label_smoothing:
         loss -= label_smoothing * ops.mean(log_probs, axis=-1)
     return ops.where(ops.not_equal(target_ids, PAD_ID), loss, 0.0)
+
+
+def global_token_count(tokens):
+    """The real tokens of the whole global batch, summed over replicas under `tf.distribute`.
+
+    Each replica returns its loss sum divided by this global count; the replicas' gradients are
+    summed, so the update is exactly that of the global batch's per-token mean, as on one device.
+    (A replica's mean over its own tokens would weigh every replica equally, whatever its token
+    count. Keras scales losses by 1/replicas only inside its mean reductions, not for a loss
+    that reduces itself, as this one does.)
+    """
+    if keras.backend.backend() != "tensorflow":
+        return tokens
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return tokens
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -54,7 +75,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         losses = token_cross_entropy(y_true, y_pred, self.label_smoothing)
         tokens = ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32"))
-        return ops.sum(losses) / ops.maximum(tokens, 1.0)
+        return ops.sum(losses) / ops.maximum(global_token_count(tokens), 1.0)
 
     def get_config(self):
         return {"label_smoothing": self.label_smoothing, "name": self.name}

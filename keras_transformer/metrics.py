@@ -59,3 +59,21 @@ class Perplexity(_TokenMetric):
 
     def result(self):
         return ops.exp(self.total / ops.maximum(self.count, 1.0))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TargetTokens(keras.metrics.Metric):
+    """Non-padding target tokens seen since the last reset (feeds the tokens/s read-out)."""
+
+    def __init__(self, name="target_tokens", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        self.count.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32")))
+
+    def result(self):
+        return self.count
+
+    def get_config(self):
+        return {"name": self.name}

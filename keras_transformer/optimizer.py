@@ -47,10 +47,12 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
-def create_optimizer(config, learning_rate_scale=1.0):
+def create_optimizer(config):
     """Adam(β1, β2, ε from `config`) driven by `TransformerSchedule` (§5.3)."""
     return keras.optimizers.Adam(
-        learning_rate=TransformerSchedule(config.d_model, config.warmup_steps, learning_rate_scale),
+        learning_rate=TransformerSchedule(
+            config.d_model, config.warmup_steps, config.learning_rate_scale
+        ),
         beta_1=config.adam_beta_1,
         beta_2=config.adam_beta_2,
         epsilon=config.adam_epsilon,

@@ -8,6 +8,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from keras_transformer.distribution import configure_logical_cpus  # noqa: E402
+
+# 8 logical CPU devices, as the paper's 8 GPUs, for the MirroredStrategy tests. This must happen
+# before TensorFlow initialises its devices, hence at import of the conftest.
+configure_logical_cpus(8)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

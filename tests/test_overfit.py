@@ -42,10 +42,11 @@ def test_tiny_model_overfits_a_handful_of_real_pairs(multi30k_dir):
         residual_dropout=0.0,
         label_smoothing=0.0,
         warmup_steps=30,
+        learning_rate_scale=0.5,
     )
     model = Transformer(config)
     model.compile(
-        optimizer=create_optimizer(config, learning_rate_scale=0.5),
+        optimizer=create_optimizer(config),
         loss=LabelSmoothedCrossEntropy(config.label_smoothing),
         metrics=[MaskedAccuracy()],
     )

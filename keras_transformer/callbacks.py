@@ -1,0 +1,170 @@
+"""Callbacks that make `model.fit` runs observable and resumable (§5.2: checkpoints, averaging).
+
+- `TokenThroughput` adds non-padding target tokens per second to the progress bar and logs.
+- `MetricsJsonl` appends every logged value to `metrics.jsonl` with the step and wall time.
+- `RollingCheckpoints` writes `ckpt-<step>.weights.h5` every N steps or minutes, keeping the last
+  K: the files that checkpoint averaging reads (§6.1 averages the last 5 or 20).
+- `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget.
+- `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
+  restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
+"""
+
+import json
+import re
+import time
+from pathlib import Path
+
+import keras
+
+CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.weights\.h5$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing or unreadable; the message names the file."""
+
+
+def _step(model) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
+class TokenThroughput(keras.callbacks.Callback):
+    """Puts `target_tokens_per_s` (non-padding target tokens / s) into the batch logs.
+
+    Reads the `target_tokens` metric, so it must be compiled into the model's metrics.
+    """
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start, self._tokens = time.perf_counter(), 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs is None or "target_tokens" not in logs:
+            return
+        elapsed = time.perf_counter() - self._start
+        logs["target_tokens_per_s"] = float(logs["target_tokens"]) / max(elapsed, 1e-9)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.on_train_batch_end(None, logs)
+
+
+class MetricsJsonl(keras.callbacks.Callback):
+    """Appends `{"step", "epoch", "time", "kind", ...metrics}` lines to a file."""
+
+    def __init__(self, path, every_steps=50):
+        super().__init__()
+        self.path = Path(path)
+        self.every_steps = every_steps
+        self._epoch = 0
+        self._start = time.time()
+
+    def write(self, kind, logs):
+        record = {
+            "kind": kind,
+            "step": _step(self.model),
+            "epoch": self._epoch,
+            "time": round(time.time() - self._start, 3),
+            **{k: float(v) for k, v in (logs or {}).items()},
+        }
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if _step(self.model) % self.every_steps == 0:
+            self.write("train", logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.write("epoch", logs)
+
+
+class RollingCheckpoints(keras.callbacks.Callback):
+    """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`."""
+
+    def __init__(self, directory, every_steps=None, every_minutes=None, keep=5):
+        super().__init__()
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+        self.every_minutes = every_minutes
+        self.keep = keep
+        self._last_save = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = _step(self.model)
+        due_by_steps = self.every_steps and step % self.every_steps == 0
+        due_by_time = (
+            self.every_minutes and time.monotonic() - self._last_save >= 60 * self.every_minutes
+        )
+        if due_by_steps or due_by_time:
+            self.save(step)
+
+    def on_train_end(self, logs=None):
+        self.save(_step(self.model))
+
+    def save(self, step):
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"ckpt-{step:08d}.weights.h5"
+        if not path.exists():
+            self.model.save_weights(path)
+        self._last_save = time.monotonic()
+        for old in list_checkpoints(self.directory)[: -self.keep]:
+            old.unlink()
+
+
+def list_checkpoints(directory) -> list[Path]:
+    """`ckpt-<step>.weights.h5` files in `directory`, oldest step first."""
+    files = [
+        p for p in Path(directory).glob("ckpt-*.weights.h5") if CHECKPOINT_PATTERN.search(p.name)
+    ]
+    return sorted(files, key=lambda p: int(CHECKPOINT_PATTERN.search(p.name).group(1)))
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Stops training once the optimizer has taken `max_steps` steps (resumed runs included)."""
+
+    def __init__(self, max_steps):
+        super().__init__()
+        self.max_steps = max_steps
+
+    def on_train_begin(self, logs=None):
+        self.on_train_batch_end(None)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if _step(self.model) >= self.max_steps:
+            self.model.stop_training = True
+
+
+class StopAfterMinutes(keras.callbacks.Callback):
+    """Stops training after a wall-clock budget of this process."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = 60 * minutes
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.monotonic() - self._start >= self.seconds:
+            self.model.stop_training = True
+
+
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` whose failure to read a backup is an error naming the file.
+
+    Restores weights, optimizer slots and the step counter (so the learning-rate schedule goes on
+    where it stopped) and restarts the interrupted epoch: the data position is kept by epoch.
+    """
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except Exception as error:  # any unreadable backup: never restart silently
+            raise CheckpointError(
+                f"cannot resume from the backup in {self.backup_dir} "
+                f"({self._weights_path}): {error}. Delete that directory to start over."
+            ) from error
+
+    @property
+    def resumed_epoch(self) -> int:
+        return int(getattr(self.model, "_initial_epoch", 0) or 0)

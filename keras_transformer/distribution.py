@@ -1,0 +1,46 @@
+"""Data-parallel training as in §5.2 ("one machine with 8 NVIDIA P100 GPUs") and beyond.
+
+`create_strategy` picks `MultiWorkerMirroredStrategy` when `TF_CONFIG` describes a cluster of
+several workers, otherwise `MirroredStrategy` over every visible GPU, or over the first
+`num_devices` logical CPU devices (how the tests run "8 replicas" on a CPU), or over the CPU
+alone.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+
+def configure_logical_cpus(count: int):
+    """Splits the CPU into `count` logical devices; must run before TensorFlow initialises."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    )
+
+
+def _cluster_size() -> int:
+    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    return sum(len(tasks) for tasks in config.get("cluster", {}).values())
+
+
+def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:
+    """The distribution strategy for this process (see the module docstring)."""
+    if _cluster_size() > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus and not num_devices:
+        return tf.distribute.MirroredStrategy([gpu.name for gpu in gpus])
+    cpus = tf.config.list_logical_devices("CPU")
+    count = num_devices or 1
+    if count > len(cpus):
+        raise ValueError(
+            f"--devices {count} asks for more CPU devices than the {len(cpus)} configured; "
+            "logical CPU devices must be configured before TensorFlow starts"
+        )
+    # NCCL, MirroredStrategy's default reduction, needs GPUs.
+    return tf.distribute.MirroredStrategy(
+        [cpu.name for cpu in cpus[:count]],
+        cross_device_ops=tf.distribute.ReductionToOneDevice(),
+    )

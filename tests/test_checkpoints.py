@@ -1,0 +1,109 @@
+"""Rolling checkpoints, their average (§6.1), and clear errors for corrupt files."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.callbacks import (
+    CheckpointError,
+    ResumableBackup,
+    RollingCheckpoints,
+    StopAtStep,
+    list_checkpoints,
+)
+from keras_transformer.checkpoint_averaging import average_last_checkpoints, load_weights_checked
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.optimizer import create_optimizer
+
+CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=10)
+
+
+def toy_data(pairs=8, length=5):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, CONFIG.vocab_size, size=(pairs, length)).astype("int32")
+    target_in = np.concatenate([np.ones((pairs, 1), "int32"), ids[:, :-1]], axis=1)
+    return (ids, target_in), ids
+
+
+def compiled_model():
+    model = Transformer(CONFIG)
+    model.compile(optimizer=create_optimizer(CONFIG), loss=LabelSmoothedCrossEntropy())
+    return model
+
+
+def test_rolling_checkpoints_keep_the_last_k(tmp_path):
+    x, y = toy_data()
+    callback = RollingCheckpoints(tmp_path, every_steps=2, keep=3)
+    compiled_model().fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        "ckpt-00000004.weights.h5",
+        "ckpt-00000006.weights.h5",
+        "ckpt-00000008.weights.h5",
+    ]
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    x, y = toy_data()
+    model = compiled_model()
+    callback = RollingCheckpoints(tmp_path, every_steps=1, keep=10)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[callback])
+    checkpoints = list_checkpoints(tmp_path)
+    expected_weights = []
+    for path in checkpoints[-3:]:
+        probe = Transformer(CONFIG)
+        probe.load_weights(path)
+        expected_weights.append(probe.get_weights())
+    expected = [np.mean(ws, axis=0) for ws in zip(*expected_weights, strict=True)]
+
+    averaged = Transformer(CONFIG)
+    used = average_last_checkpoints(averaged, tmp_path, last=3, output=tmp_path / "avg.weights.h5")
+    assert used == checkpoints[-3:]
+    restored = Transformer(CONFIG)
+    restored.load_weights(tmp_path / "avg.weights.h5")
+    for got, want in zip(restored.get_weights(), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(expected[0], expected_weights[-1][0])  # the average is not the last
+
+
+def test_too_few_checkpoints_is_an_error(tmp_path):
+    with pytest.raises(CheckpointError, match="holds 0"):
+        average_last_checkpoints(Transformer(CONFIG), tmp_path, 5, tmp_path / "a.weights.h5")
+
+
+def test_corrupt_checkpoint_names_the_file(tmp_path):
+    corrupt = tmp_path / "ckpt-00000010.weights.h5"
+    corrupt.write_bytes(b"not an h5 file")
+    with pytest.raises(CheckpointError, match="ckpt-00000010.weights.h5"):
+        load_weights_checked(Transformer(CONFIG), corrupt)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_weights_checked(Transformer(CONFIG), tmp_path / "missing.weights.h5")
+
+
+def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
+    x, y = toy_data()
+    backup = tmp_path / "backup"
+    model = compiled_model()
+    model.fit(
+        x,
+        y,
+        batch_size=2,
+        epochs=3,
+        verbose=0,
+        callbacks=[ResumableBackup(backup, save_freq=2, delete_checkpoint=False), StopAtStep(6)],
+    )
+    assert int(model.optimizer.iterations) == 6
+
+    # Stopped at step 6 = epoch 1, batch 2 (4 batches an epoch). Resuming restores step 6 and
+    # restarts epoch 1, so epochs 1-2 add 8 steps: 14. Starting over would give 12.
+    resumed = compiled_model()
+    backup_callback = ResumableBackup(backup, save_freq=2, delete_checkpoint=False)
+    resumed.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[backup_callback])
+    assert backup_callback.resumed_epoch == 1
+    assert int(resumed.optimizer.iterations) == 14
+
+    for path in backup.rglob("*.h5"):
+        path.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match=str(backup)):
+        compiled_model().fit(x, y, epochs=1, verbose=0, callbacks=[ResumableBackup(backup)])
+    assert keras.backend.backend() == "tensorflow"
