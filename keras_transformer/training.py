@@ -1,0 +1,168 @@
+"""Training with `model.fit` under a distribution strategy, §5: resumable and observable.
+
+A run directory holds everything about one run:
+
+    config.json          the TransformerConfig (a rerun must use the same one)
+    run.json             the data and run settings
+    subwords.model       the shared subword vocabulary (§5.1), trained on the training split
+    backup/              Keras BackupAndRestore state: resume after a crash or kill -9
+    checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
+    logs/                TensorBoard
+    metrics.jsonl        every logged value, with step and wall time
+    model.weights.h5     the final weights
+
+Rerunning the same command resumes from `backup/`: weights, optimizer slots and the step counter
+(hence the learning-rate schedule) are restored and the interrupted epoch restarts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_transformer import callbacks as run_callbacks
+from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
+from keras_transformer.optimizer import create_optimizer
+from keras_transformer.transformer import Transformer
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """Where the data is, where the run goes, and how long and how it runs.
+
+    Hyperparameters live in `TransformerConfig`; these are the settings of one run.
+    """
+
+    output: Path
+    data_dir: Path
+    dataset: str = "multi30k"
+    source_language: str = "en"
+    target_language: str = "de"
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    epochs: int = 1000
+    checkpoint_every: int | None = 500
+    checkpoint_minutes: float | None = None
+    keep_checkpoints: int = 5
+    devices: int | None = None
+    precision: str = "float32"
+    jit_compile: bool = False
+    seed: int | None = 1234
+    deterministic: bool = False
+    log_every: int = 50
+    verbose: int = 1
+
+    def __post_init__(self):
+        self.output, self.data_dir = Path(self.output), Path(self.data_dir)
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
+        if self.max_steps is not None and self.max_steps <= 0:
+            raise ConfigError(f"--max-steps {self.max_steps} must be positive")
+
+    def to_dict(self):
+        return {
+            k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+
+def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
+    """Creates the run directory, or checks that a rerun uses the same configuration."""
+    run.output.mkdir(parents=True, exist_ok=True)
+    config_path = run.output / "config.json"
+    if config_path.exists():
+        saved = TransformerConfig.from_json(config_path.read_text())
+        if saved != config:
+            changed = {
+                k: (v, getattr(config, k))
+                for k, v in saved.to_dict().items()
+                if v != getattr(config, k)
+            }
+            raise ConfigError(
+                f"{config_path} holds a different configuration (saved, requested): {changed}; "
+                "use another --output or the same settings to resume"
+            )
+    else:
+        config_path.write_text(config.to_json())
+    (run.output / "run.json").write_text(json.dumps(run.to_dict(), indent=2))
+
+
+def compile_model(config: TransformerConfig, jit_compile: bool = False) -> Transformer:
+    """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
+    strategy's scope."""
+    model = Transformer(config)
+    model.compile(
+        optimizer=create_optimizer(config),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        metrics=[MaskedAccuracy(), Perplexity(), TargetTokens()],
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
+    """`model.fit` that also works under `MultiWorkerMirroredStrategy`.
+
+    Keras 3 trips twice under MultiWorkerMirroredStrategy (keras-team/keras#20585,
+    tensorflow/tensorflow#72388), so for that strategy only:
+    - it builds metrics before the first step by reducing a distributed data batch, which fails;
+      a model without a strategy of its own defers that build to the first traced step, and
+      fitting inside the strategy's scope keeps the step itself distributed;
+    - it averages each step's scalar logs over workers along axis 0, which scalars lack; the
+      logs get a leading axis of one, so that average is the mean over workers.
+    """
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        model._distribute_strategy = None
+        keras_train_step = model.train_step
+        model.train_step = lambda data: {
+            name: tf.reshape(value, [1]) for name, value in keras_train_step(data).items()
+        }
+    with strategy.scope():
+        return model.fit(dataset, **fit_kwargs)
+
+
+def build_callbacks(run: TrainingRun, steps_per_epoch: int) -> list[keras.callbacks.Callback]:
+    callbacks = [
+        run_callbacks.ResumableBackup(
+            run.output / "backup", save_freq=run.checkpoint_every or "epoch"
+        ),
+        run_callbacks.TokenThroughput(),
+        run_callbacks.RollingCheckpoints(
+            run.output / "checkpoints",
+            every_steps=run.checkpoint_every,
+            every_minutes=run.checkpoint_minutes,
+            keep=run.keep_checkpoints,
+        ),
+        run_callbacks.MetricsJsonl(run.output / "metrics.jsonl", every_steps=run.log_every),
+        keras.callbacks.TensorBoard(run.output / "logs", update_freq=run.log_every),
+    ]
+    if run.max_steps:
+        callbacks.append(run_callbacks.StopAtStep(run.max_steps))
+    if run.max_minutes:
+        callbacks.append(run_callbacks.StopAfterMinutes(run.max_minutes))
+    return callbacks
+
+
+def configure_numerics(run: TrainingRun):
+    """Seeds, op determinism and the mixed-precision policy, before any model is built."""
+    if run.seed is not None:
+        keras.utils.set_random_seed(run.seed)
+    if run.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.mixed_precision.set_global_policy(run.precision)
+
+
+def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
+    """Steps that consume one pass over the data: each step takes one batch per replica."""
+    return max(1, math.floor(batches_per_pass / replicas))
