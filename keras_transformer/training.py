@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from keras_transformer import callbacks as run_callbacks
 from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.distribution import create_strategy
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.optimizer import create_optimizer
@@ -166,3 +167,64 @@ def configure_numerics(run: TrainingRun):
 def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
     """Steps that consume one pass over the data: each step takes one batch per replica."""
     return max(1, math.floor(batches_per_pass / replicas))
+
+
+def train(config: TransformerConfig, run: TrainingRun) -> Path:
+    """Trains (or resumes) a run; returns the path of the final weights."""
+    from pipelines import corpus_files, load_or_train_tokenizer, make_translation_dataset
+
+    prepare_run_directory(run, config)
+    configure_numerics(run)
+    strategy = create_strategy(run.devices)
+    replicas = strategy.num_replicas_in_sync
+    files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
+    tokenizer = load_or_train_tokenizer(
+        run.output / "subwords.model", [*files["train"]], config.vocab_size
+    )
+
+    def dataset(split, context=None, repeat=False):
+        shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
+        return make_translation_dataset(
+            *files[split],
+            tokenizer,
+            batch_tokens=config.batch_tokens // replicas,
+            max_length=config.max_length,
+            shuffle=split == "train",
+            seed=run.seed,
+            num_shards=shards[0],
+            shard_index=shards[1],
+            repeat=repeat,
+        )
+
+    # One pass counted up front gives a fixed epoch length: with per-replica datasets Keras
+    # must not probe for the end of the data (see tests/test_distribution.py).
+    epoch_steps = steps_per_epoch(count_batches(dataset("train")), replicas)
+    train_data = strategy.distribute_datasets_from_function(
+        lambda context: dataset("train", context, repeat=True)
+    )
+    with strategy.scope():
+        model = compile_model(config, jit_compile=run.jit_compile)
+    logger.info(
+        "training %s on %d replica(s), %d steps an epoch, run directory %s",
+        config,
+        replicas,
+        epoch_steps,
+        run.output,
+    )
+    fit_under_strategy(
+        model,
+        strategy,
+        train_data,
+        validation_data=dataset("validation"),
+        epochs=run.epochs,
+        steps_per_epoch=epoch_steps,
+        callbacks=build_callbacks(run, epoch_steps),
+        verbose=run.verbose,
+    )
+    final = run.output / "model.weights.h5"
+    model.save_weights(final)
+    return final
+
+
+def count_batches(dataset: tf.data.Dataset) -> int:
+    return int(dataset.reduce(0, lambda count, _: count + 1))
