@@ -10,11 +10,14 @@
 """
 
 import json
+import logging
 import re
 import time
 from pathlib import Path
 
 import keras
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.weights\.h5$")
 
@@ -164,6 +167,13 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 f"cannot resume from the backup in {self.backup_dir} "
                 f"({self._weights_path}): {error}. Delete that directory to start over."
             ) from error
+        if Path(self._weights_path).exists():
+            logger.info(
+                "resumed from %s at step %d, restarting epoch %d",
+                self._weights_path,
+                _step(self.model),
+                self.resumed_epoch,
+            )
 
     @property
     def resumed_epoch(self) -> int:

@@ -54,6 +54,7 @@ def _train(args):
         jit_compile=args.jit_compile,
         seed=args.seed,
         deterministic=args.deterministic,
+        log_every=args.log_every,
     )
     print(f"final weights: {train(config, run)}")
 
@@ -90,6 +91,9 @@ def _add_train(commands):
         "--precision", default="float32", choices=["float32", "mixed_float16", "mixed_bfloat16"]
     )
     train.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+    train.add_argument(
+        "--log-every", type=int, default=50, help="steps between metrics.jsonl lines"
+    )
     train.add_argument("--seed", type=int, default=1234)
     train.add_argument("--deterministic", action="store_true", help="deterministic TF ops")
     train.add_argument(

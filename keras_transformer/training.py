@@ -133,11 +133,23 @@ def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
         return model.fit(dataset, **fit_kwargs)
 
 
+def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
+    # Kept after a finished run, so that rerunning the command resumes instead of starting over.
+    return run_callbacks.ResumableBackup(
+        run.output / "backup", save_freq=run.checkpoint_every or "epoch", delete_checkpoint=False
+    )
+
+
+def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
+    """Loads the run's backup into `model` now (fit will again) and returns its step."""
+    backup.set_model(model)
+    backup.on_train_begin()
+    return int(model.optimizer.iterations.numpy())
+
+
 def build_callbacks(run: TrainingRun, steps_per_epoch: int) -> list[keras.callbacks.Callback]:
     callbacks = [
-        run_callbacks.ResumableBackup(
-            run.output / "backup", save_freq=run.checkpoint_every or "epoch"
-        ),
+        resumable_backup(run),
         run_callbacks.TokenThroughput(),
         run_callbacks.RollingCheckpoints(
             run.output / "checkpoints",
@@ -204,6 +216,12 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     )
     with strategy.scope():
         model = compile_model(config, jit_compile=run.jit_compile)
+        step = restored_step(model, resumable_backup(run))
+    final = run.output / "model.weights.h5"
+    if run.max_steps and step >= run.max_steps:
+        logger.info("the run already reached step %d of --max-steps %d", step, run.max_steps)
+        model.save_weights(final)
+        return final
     logger.info(
         "training %s on %d replica(s), %d steps an epoch, run directory %s",
         config,
@@ -221,7 +239,6 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         callbacks=build_callbacks(run, epoch_steps),
         verbose=run.verbose,
     )
-    final = run.output / "model.weights.h5"
     model.save_weights(final)
     return final
 

@@ -3,10 +3,10 @@
 import keras
 import numpy as np
 from keras import ops
-from layer_testing import assert_config_round_trip
 
 from keras_transformer.multi_head_attention import MultiHeadAttention
 from keras_transformer.scaled_dot_product_attention import scaled_dot_product_attention
+from layer_testing import assert_config_round_trip
 
 
 def numpy_softmax(x):

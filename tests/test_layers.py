@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 from keras import ops
-from layer_testing import assert_config_round_trip
 
 from keras_transformer.add_and_norm import AddAndNorm
 from keras_transformer.decoder_layer import DecoderLayer
@@ -15,6 +14,7 @@ from keras_transformer.positional_encoding import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
 )
+from layer_testing import assert_config_round_trip
 
 
 def paper_positional_encoding(length, d_model):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from conftest import REPO_ROOT
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")

@@ -1,0 +1,36 @@
+"""tf.data input for keras-transformer (§5.1): corpora, subwords, token-budget batches."""
+
+from pipelines.batching import bucket_by_token_budget, padding_efficiency
+from pipelines.corpus import CorpusError, ParallelCorpus, read_parallel_corpus
+from pipelines.multi30k import Multi30k, corpus_files
+from pipelines.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    SubwordTokenizer,
+    load_or_train_tokenizer,
+    train_sentencepiece,
+    train_wordpiece,
+)
+from pipelines.translation_dataset import count_over_length, make_translation_dataset
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "CorpusError",
+    "Multi30k",
+    "ParallelCorpus",
+    "SubwordTokenizer",
+    "bucket_by_token_budget",
+    "corpus_files",
+    "count_over_length",
+    "load_or_train_tokenizer",
+    "make_translation_dataset",
+    "padding_efficiency",
+    "read_parallel_corpus",
+    "train_sentencepiece",
+    "train_wordpiece",
+]

@@ -1,0 +1,109 @@
+"""Multi30k Task 1 (Elliott et al., 2016): EN→DE / FR / CS image-caption translation.
+
+The raw files (`{train,val,test_2016_flickr}.{en,de,fr,cs}.gz`) are read from a local data
+directory (by default `../shared/data/multi30k` beside the checkout); a user with internet access
+gets them from the public repository `multi30k/dataset` (URL below). `corpus_files` gives the
+file pairs for the trainer; `Multi30k` exposes the same data as a TensorFlow Datasets builder.
+"""
+
+from pathlib import Path
+
+import tensorflow_datasets as tfds
+
+from pipelines.corpus import CorpusError, read_parallel_corpus
+
+DOWNLOAD_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{file}"
+SPLIT_FILES = {"train": "train", "validation": "val", "test_2016_flickr": "test_2016_flickr"}
+LANGUAGES = ("en", "de", "fr", "cs")
+
+
+def corpus_files(dataset, data_dir, source_language, target_language):
+    """`{split: (source_path, target_path)}` for `dataset`; errors name a missing path."""
+    if dataset != "multi30k":
+        raise CorpusError(f"unknown dataset {dataset!r}; this trainer reads 'multi30k'")
+    for language in (source_language, target_language):
+        if language not in LANGUAGES:
+            raise CorpusError(f"Multi30k has no language {language!r}; it has {LANGUAGES}")
+    data_dir = Path(data_dir)
+    files = {
+        split: tuple(data_dir / f"{stem}.{lang}.gz" for lang in (source_language, target_language))
+        for split, stem in SPLIT_FILES.items()
+    }
+    missing = [str(p) for pair in files.values() for p in pair if not p.is_file()]
+    if missing:
+        raise CorpusError(
+            f"Multi30k files missing: {missing}; download them from "
+            f"{DOWNLOAD_URL.format(file='<file>')} into {data_dir}"
+        )
+    return files
+
+
+class Multi30kConfig(tfds.core.BuilderConfig):
+    def __init__(self, source_language, target_language, **kwargs):
+        super().__init__(
+            name=f"{source_language}-{target_language}",
+            description=f"Multi30k Task 1, {source_language} to {target_language}",
+            **kwargs,
+        )
+        self.source_language = source_language
+        self.target_language = target_language
+
+
+class Multi30k(tfds.core.GeneratorBasedBuilder):
+    """Multi30k Task 1 as TFDS splits train / validation / test_2016_flickr.
+
+    Built from a local directory holding the raw files (`data_dir` argument of
+    `download_and_prepare`'s `download_config.manual_dir`), or downloaded from the public
+    repository when that directory is not given.
+
+    Example:
+    >>> builder = Multi30k(config="en-de", data_dir="/tmp/tfds")  # doctest: +SKIP
+    >>> builder.download_and_prepare(
+    ...     download_config=tfds.download.DownloadConfig(manual_dir="../shared/data/multi30k"))
+    >>> builder.as_dataset(split="validation")  # {"en": tf.string, "de": tf.string}
+    """
+
+    VERSION = tfds.core.Version("1.0.0")
+    BUILDER_CONFIGS = [Multi30kConfig("en", target) for target in ("de", "fr", "cs")]
+    MANUAL_DOWNLOAD_INSTRUCTIONS = (
+        "Place the raw Multi30k Task 1 files ({train,val,test_2016_flickr}.{en,de,fr,cs}.gz) "
+        f"from {DOWNLOAD_URL.format(file='<file>')} in the manual directory."
+    )
+
+    def _info(self):
+        languages = (self.builder_config.source_language, self.builder_config.target_language)
+        return self.dataset_info_from_configs(
+            features=tfds.features.Translation(languages=languages),
+            supervised_keys=languages,
+            homepage="https://github.com/multi30k/dataset",
+        )
+
+    def _split_generators(self, dl_manager):
+        config = self.builder_config
+        if dl_manager.manual_dir and Path(dl_manager.manual_dir).is_dir():
+            directory = Path(dl_manager.manual_dir)
+            files = corpus_files(
+                "multi30k", directory, config.source_language, config.target_language
+            )
+        else:
+            names = [
+                f"{stem}.{lang}.gz"
+                for stem in SPLIT_FILES.values()
+                for lang in (config.source_language, config.target_language)
+            ]
+            paths = dl_manager.download({n: DOWNLOAD_URL.format(file=n) for n in names})
+            files = {
+                split: tuple(
+                    Path(paths[f"{stem}.{lang}.gz"])
+                    for lang in (config.source_language, config.target_language)
+                )
+                for split, stem in SPLIT_FILES.items()
+            }
+        return {split: self._generate_examples(*pair) for split, pair in files.items()}
+
+    def _generate_examples(self, source_path, target_path):
+        corpus = read_parallel_corpus(source_path, target_path)
+        source_language = self.builder_config.source_language
+        target_language = self.builder_config.target_language
+        for index, (source, target) in enumerate(zip(corpus.source, corpus.target, strict=True)):
+            yield index, {source_language: source, target_language: target}

@@ -1,0 +1,140 @@
+"""Shared subword vocabularies (§5.1), tokenized inside the TensorFlow graph with tensorflow-text.
+
+"Sentences were encoded using byte-pair encoding, which has a shared source-target vocabulary of
+about 37000 tokens" (EN-DE); EN-FR used "a 32000 word-piece vocabulary". Both are here:
+
+- BPE: a SentencePiece model with `model_type=bpe`, run by `tensorflow_text.SentencepieceTokenizer`
+  (not `FastSentencepieceTokenizer`, which does not reproduce a BPE model's pieces).
+- WordPiece: a vocabulary learned with tensorflow-text's `bert_vocab_from_dataset`, run by
+  `tensorflow_text.FastWordpieceTokenizer`. Its detokenizer joins words with single spaces, so
+  it does not restore the spacing around punctuation ("dog ." for "dog.").
+
+Reserved ids, the same in both: PAD = 0, BOS = 1, EOS = 2, UNK = 3. The model file (`*.model`
+for SentencePiece, `*.vocab.txt` for WordPiece) is all a tokenizer needs, so it travels as an
+asset of the exported SavedModel.
+"""
+
+import logging
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from pipelines.corpus import read_lines
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+WORDPIECE_RESERVED = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+
+
+class SubwordTokenizer(tf.Module):
+    """Strings ⇄ subword ids in the graph, from a SentencePiece model or a WordPiece vocabulary.
+
+    Args:
+        path: `*.model` (SentencePiece) or `*.vocab.txt` (WordPiece).
+
+    Example:
+    >>> tokenizer = SubwordTokenizer(path)  # doctest: +SKIP
+    >>> ids = tokenizer.tokenize(tf.constant(["A dog runs."]))  # RaggedTensor [batch, (tokens)]
+    >>> tokenizer.detokenize(ids)  # [b"A dog runs."]
+    """
+
+    def __init__(self, path):
+        super().__init__(name="subword_tokenizer")
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"subword model not found: {self.path}")
+        self.asset = tf.saved_model.Asset(str(self.path))
+        if self.path.name.endswith(".vocab.txt"):
+            vocabulary = self.path.read_text(encoding="utf-8").splitlines()
+            if vocabulary[:4] != WORDPIECE_RESERVED:
+                raise ValueError(f"{self.path}: the first entries must be {WORDPIECE_RESERVED}")
+            self.kind = "wordpiece"
+            self._tokenizer = tf_text.FastWordpieceTokenizer(
+                vocab=vocabulary, unknown_token="[UNK]", support_detokenization=True
+            )
+            self.vocab_size = len(vocabulary)
+        else:
+            self.kind = "sentencepiece"
+            self._tokenizer = tf_text.SentencepieceTokenizer(
+                model=self.path.read_bytes(), out_type=tf.int32
+            )
+            self.vocab_size = int(self._tokenizer.vocab_size())
+
+    def tokenize(self, strings):
+        """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS."""
+        return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+
+    def detokenize(self, ids):
+        """int ids `[batch, length]` (dense or ragged) → `[batch]` tf.string.
+
+        Reading stops at the first EOS; PAD and BOS are skipped.
+        """
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.cast(ids, tf.int32)
+        before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
+        ids = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
+        words = self._tokenizer.detokenize(ids)
+        return words if words.shape.rank == 1 else tf.strings.reduce_join(words, -1, separator=" ")
+
+
+def _training_text(files) -> list[str]:
+    return [line for path in files for line in read_lines(path) if line]
+
+
+def train_sentencepiece(files, model_path, vocab_size, model_type="bpe") -> Path:
+    """Trains a shared SentencePiece model on all lines of `files` (both languages)."""
+    import sentencepiece
+
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        text = Path(scratch) / "train.txt"
+        text.write_text("\n".join(_training_text(files)) + "\n", encoding="utf-8")
+        sentencepiece.SentencePieceTrainer.train(
+            input=str(text),
+            model_prefix=str(Path(scratch) / "subwords"),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            pad_id=PAD_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            num_threads=2,
+            minloglevel=2,
+        )
+        model_path.write_bytes((Path(scratch) / "subwords.model").read_bytes())
+    return model_path
+
+
+def train_wordpiece(files, vocab_path, vocab_size) -> Path:
+    """Learns a shared WordPiece vocabulary with tensorflow-text's BERT vocabulary learner."""
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as learner
+
+    lines = tf.data.Dataset.from_tensor_slices(_training_text(files)).batch(1000)
+    vocabulary = learner.bert_vocab_from_dataset(
+        lines,
+        vocab_size=vocab_size,
+        reserved_tokens=WORDPIECE_RESERVED,
+        bert_tokenizer_params={"lower_case": False},
+    )
+    vocab_path = Path(vocab_path)
+    vocab_path.parent.mkdir(parents=True, exist_ok=True)
+    vocab_path.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    return vocab_path
+
+
+def load_or_train_tokenizer(path, files, vocab_size, kind="bpe") -> SubwordTokenizer:
+    """The tokenizer at `path`, trained on `files` first if the file does not exist yet."""
+    path = Path(path)
+    if not path.exists():
+        logger.info("training a %s vocabulary of %d on %s", kind, vocab_size, list(map(str, files)))
+        if kind == "wordpiece":
+            train_wordpiece(files, path, vocab_size)
+        else:
+            train_sentencepiece(files, path, vocab_size, model_type=kind)
+    return SubwordTokenizer(path)

@@ -1,0 +1,95 @@
+"""The training input of §5.1 as one tf.data pipeline of small transforms.
+
+    read (validated) → shard → shuffle → tokenize in the graph → add BOS/EOS → filter by length
+    → bucket by token budget → prefetch
+
+Elements are `((source_ids, target_in_ids), target_out_ids)`, int32, padded with PAD = 0:
+source = tokens + [EOS], target_in = [BOS] + tokens, target_out = tokens + [EOS].
+"""
+
+import logging
+
+import tensorflow as tf
+
+from pipelines.batching import bucket_by_token_budget, filter_max_length, pair_length
+from pipelines.corpus import read_parallel_corpus
+from pipelines.tokenizer import BOS_ID, EOS_ID
+
+logger = logging.getLogger(__name__)
+
+TOKENIZE_BATCH = 512  # tokenizing many sentences per op call is several times faster
+
+
+def add_boundary_tokens(source, target):
+    """Token ids → `((source + EOS, BOS + target), target + EOS)`."""
+    eos = tf.constant([EOS_ID], tf.int32)
+    bos = tf.constant([BOS_ID], tf.int32)
+    return (tf.concat([source, eos], 0), tf.concat([bos, target], 0)), tf.concat([target, eos], 0)
+
+
+def tokenize_pairs(tokenizer):
+    def transform(dataset):
+        return (
+            dataset.batch(TOKENIZE_BATCH)
+            .map(
+                lambda s, t: (tokenizer.tokenize(s), tokenizer.tokenize(t)),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
+            .unbatch()
+            .map(add_boundary_tokens, num_parallel_calls=tf.data.AUTOTUNE)
+        )
+
+    return transform
+
+
+def make_translation_dataset(
+    source_path,
+    target_path,
+    tokenizer,
+    batch_tokens=4096,
+    max_length=256,
+    shuffle=True,
+    seed=None,
+    num_shards=1,
+    shard_index=0,
+    repeat=False,
+    deterministic=None,
+):
+    """Bucketed, padded batches of a parallel corpus (see the module docstring).
+
+    Args:
+        source_path, target_path: aligned text files, plain or .gz.
+        tokenizer: a `SubwordTokenizer`.
+        batch_tokens: positions per batch and side, padding included.
+        max_length: pairs whose longer side (with BOS/EOS) is longer are dropped, and counted
+            by `count_over_length`.
+        shuffle, seed: shuffle the pairs each pass (with `seed`, the same order every run).
+        num_shards, shard_index: this input pipeline's share of the pairs (distributed input).
+        repeat: repeat forever, reshuffling each pass; batches are then always full.
+        deterministic: keep element order under parallel maps (default: when `seed` is set).
+    """
+    corpus = read_parallel_corpus(source_path, target_path)
+    dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
+    dataset = dataset.shard(num_shards, shard_index)
+    if shuffle:
+        dataset = dataset.shuffle(len(corpus), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = (
+        dataset.apply(tokenize_pairs(tokenizer))
+        .apply(filter_max_length(max_length))
+        .apply(bucket_by_token_budget(batch_tokens, max_length))
+    )
+    options = tf.data.Options()
+    options.deterministic = seed is not None if deterministic is None else deterministic
+    # Sharding is done above, by pairs; tf.distribute must not shard again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def count_over_length(source_path, target_path, tokenizer, max_length) -> int:
+    """Pairs that `make_translation_dataset` drops for exceeding `max_length`."""
+    corpus = read_parallel_corpus(source_path, target_path)
+    dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
+    lengths = dataset.apply(tokenize_pairs(tokenizer)).map(lambda x, y: pair_length(*x))
+    return int(lengths.reduce(0, lambda n, length: n + tf.cast(length > max_length, tf.int32)))
