@@ -56,11 +56,12 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
     `download_and_prepare`'s `download_config.manual_dir`), or downloaded from the public
     repository when that directory is not given.
 
-    Example:
-    >>> builder = Multi30k(config="en-de", data_dir="/tmp/tfds")  # doctest: +SKIP
-    >>> builder.download_and_prepare(
-    ...     download_config=tfds.download.DownloadConfig(manual_dir="../shared/data/multi30k"))
-    >>> builder.as_dataset(split="validation")  # {"en": tf.string, "de": tf.string}
+    Example (prepares the data on disk, so not run as a doctest)::
+
+        builder = Multi30k(config="en-de", data_dir="/tmp/tfds")
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir="../shared/data/multi30k"))
+        builder.as_dataset(split="validation")  # {"en": tf.string, "de": tf.string}
     """
 
     VERSION = tfds.core.Version("1.0.0")

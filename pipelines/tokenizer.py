@@ -35,10 +35,14 @@ class SubwordTokenizer(tf.Module):
     Args:
         path: `*.model` (SentencePiece) or `*.vocab.txt` (WordPiece).
 
-    Example:
-    >>> tokenizer = SubwordTokenizer(path)  # doctest: +SKIP
-    >>> ids = tokenizer.tokenize(tf.constant(["A dog runs."]))  # RaggedTensor [batch, (tokens)]
-    >>> tokenizer.detokenize(ids)  # [b"A dog runs."]
+    Create it after seeding (`keras.utils.set_random_seed`, `tf.random.set_seed`): seeding
+    clears TensorFlow's eager kernel caches, which deletes the SentencePiece op's resource.
+
+    Example (needs a trained subword model, so not run as a doctest)::
+
+        tokenizer = SubwordTokenizer("runs/m30k-ende/subwords.model")
+        ids = tokenizer.tokenize(tf.constant(["A dog runs."]))  # RaggedTensor [batch, (tokens)]
+        tokenizer.detokenize(ids)  # [b"A dog runs."]
     """
 
     def __init__(self, path):

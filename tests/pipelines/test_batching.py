@@ -1,0 +1,92 @@
+"""Token-budget bucketing (§5.1): shapes, budget, efficiency, determinism, sharding."""
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines import count_over_length, make_translation_dataset, padding_efficiency
+from pipelines.batching import bucket_boundaries
+
+BUDGET = 1024
+MAX_LENGTH = 64
+
+
+def batches(dataset):
+    return [tuple(t.numpy() for t in (s, ti, to)) for (s, ti), to in dataset]
+
+
+def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, tokenizer):
+    dataset = make_translation_dataset(
+        *train_slice, tokenizer, batch_tokens=BUDGET, max_length=MAX_LENGTH, seed=1
+    )
+    lengths = {b - 1 for b in bucket_boundaries(MAX_LENGTH)}
+    seen = 0
+    for source, target_in, target_out in batches(dataset):
+        assert source.shape == target_in.shape == target_out.shape
+        assert source.size <= BUDGET and target_in.size <= BUDGET
+        assert source.shape[1] in lengths
+        assert np.all(target_in[:, 0][target_out[:, 0] != 0] == 1)  # BOS first
+        assert np.all((source == 2).sum(1) == 1)  # one EOS per source
+        seen += len(source)
+    assert seen == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
+
+
+def test_over_length_pairs_are_counted(train_slice, tokenizer):
+    assert count_over_length(*train_slice, tokenizer, max_length=12) > 100
+    assert count_over_length(*train_slice, tokenizer, max_length=200) == 0
+
+
+def test_bucketing_pads_far_less_than_plain_batching(train_slice, tokenizer):
+    bucketed = make_translation_dataset(
+        *train_slice, tokenizer, batch_tokens=4096, max_length=128, seed=3
+    )
+    efficiency = padding_efficiency(bucketed)
+    sizes = [len(s) for s, _, _ in batches(bucketed)]
+    plain = (
+        tf.data.Dataset.from_tensor_slices(
+            (
+                [tf.compat.as_str(s) for s in open_lines(train_slice[0])],
+                [tf.compat.as_str(s) for s in open_lines(train_slice[1])],
+            )
+        )
+        .shuffle(3000, seed=3)
+        .map(lambda s, t: (tokenizer.tokenize(s), tokenizer.tokenize(t)))
+        .map(lambda s, t: ((s, t), t))
+        .padded_batch(int(np.mean(sizes)))
+    )
+    assert efficiency >= 0.90
+    assert padding_efficiency(plain) < efficiency - 0.15
+
+
+def open_lines(path):
+    from pipelines.corpus import read_lines
+
+    return read_lines(path)
+
+
+def test_same_seed_same_batches(train_slice, tokenizer):
+    def run():
+        return batches(make_translation_dataset(*train_slice, tokenizer, 2048, 64, seed=11))
+
+    first, second = run(), run()
+    assert len(first) == len(second)
+    for a, b in zip(first, second, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_two_shards_partition_the_pairs(train_slice, tokenizer):
+    def pairs(num_shards, index):
+        dataset = make_translation_dataset(
+            *train_slice,
+            tokenizer,
+            2048,
+            200,
+            shuffle=False,
+            num_shards=num_shards,
+            shard_index=index,
+        )
+        return sorted(tuple(row[row != 0]) for source, _, _ in batches(dataset) for row in source)
+
+    shard_0, shard_1, everything = pairs(2, 0), pairs(2, 1), pairs(1, 0)
+    assert len(shard_0) + len(shard_1) == len(everything) == 3000
+    assert sorted(shard_0 + shard_1) == everything

@@ -1,0 +1,57 @@
+"""Shared subword vocabularies tokenized in the graph (§5.1)."""
+
+import unicodedata
+
+import tensorflow as tf
+
+from pipelines import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer, train_wordpiece
+from pipelines.corpus import read_lines
+
+
+def test_sentencepiece_round_trip_on_real_sentences(tokenizer, multi30k_dir):
+    lines = (
+        read_lines(multi30k_dir / "val.en.gz")[:200] + read_lines(multi30k_dir / "val.de.gz")[:200]
+    )
+    ids = tokenizer.tokenize(tf.constant(lines))
+    assert ids.dtype == tf.int32 and ids.shape[0] == 400
+    restored = [s.decode("utf-8") for s in tokenizer.detokenize(ids).numpy()]
+    # SentencePiece normalizes to NFKC (a no-break space becomes a space, for one): lines that
+    # NFKC leaves alone come back exactly, the others in their NFKC form.
+    assert restored == [unicodedata.normalize("NFKC", line) for line in lines]
+    unchanged = [line for line in lines if unicodedata.normalize("NFKC", line) == line]
+    assert len(unchanged) >= 395
+    assert all(r == line for r, line in zip(restored, lines, strict=True) if line in unchanged)
+
+
+def test_reserved_ids_are_fixed(tokenizer):
+    model = tokenizer._tokenizer
+    pieces = model.id_to_string(tf.constant([PAD_ID, BOS_ID, EOS_ID, UNK_ID])).numpy().tolist()
+    assert pieces == [b"<pad>", b"<s>", b"</s>", b"<unk>"]
+    ids = tokenizer.tokenize(tf.constant(["A dog."])).to_list()[0]
+    assert min(ids) > UNK_ID
+
+
+def test_detokenize_stops_at_eos_and_skips_padding(tokenizer):
+    ids = tokenizer.tokenize(tf.constant(["A dog runs."])).to_list()[0]
+    padded = tf.constant([[BOS_ID, *ids, EOS_ID, 57, 58, PAD_ID]])
+    assert tokenizer.detokenize(padded).numpy()[0] == b"A dog runs."
+
+
+def test_tokenizer_works_inside_a_tf_function(tokenizer):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(strings):
+        return tokenizer.detokenize(tokenizer.tokenize(strings))
+
+    assert round_trip(tf.constant(["Two men talk."])).numpy()[0] == b"Two men talk."
+
+
+def test_wordpiece_vocabulary_and_round_trip(tmp_path, train_slice, multi30k_dir):
+    path = train_wordpiece(train_slice, tmp_path / "subwords.vocab.txt", vocab_size=1500)
+    assert path.read_text().splitlines()[:4] == ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+    wordpiece = SubwordTokenizer(path)
+    lines = read_lines(multi30k_dir / "val.en.gz")[:100]
+    ids = wordpiece.tokenize(tf.constant(lines))
+    restored = [s.decode() for s in wordpiece.detokenize(ids).numpy()]
+    # WordPiece keeps every character but not the spacing around punctuation.
+    assert ["".join(r.split()) for r in restored] == ["".join(s.split()) for s in lines]
+    assert wordpiece.vocab_size <= 1500 + 4
