@@ -25,6 +25,10 @@ from keras_transformer.encoder_layer import EncoderLayer
 from keras_transformer.masks import decode_step_attention_mask
 from keras_transformer.multi_head_attention import MultiHeadAttention
 
+# The cache entries that follow a hypothesis when beam search re-ranks them; the cross entries
+# are the same for every hypothesis of a sentence.
+REORDERED_CACHE_KEYS = ("self_key", "self_value")
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(EncoderLayer):

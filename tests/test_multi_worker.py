@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 SLICE = {"train": 1200, "val": 40, "test_2016_flickr": 40}
 TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512"]

@@ -1,0 +1,182 @@
+"""Translating with a trained Transformer: greedy and beam search (§6.1) on the decoding cache.
+
+`greedy_decode` and `beam_decode` take source ids and return target ids. Both encode once and then
+run the decoder one position at a time: with `cached=True` (the default) through
+`Transformer.decode_step` and its preallocated key/value cache, so a step costs one position; with
+`cached=False` by re-running the decoder over the whole prefix at every step, which is what the
+cache saves and what the tests compare it against.
+
+The output budget follows §6.1: each sentence may generate up to its input length (source ids,
+EOS included) + `extra_length` tokens, never more than the model's `max_length`.
+
+Example:
+>>> import numpy as np
+>>> from keras_transformer import Transformer, TransformerConfig
+>>> model = Transformer(TransformerConfig.preset("tiny"))
+>>> result = beam_decode(model, np.array([[5, 6, 7, 2]]), beam_size=4, extra_length=3)
+>>> tuple(result.ids.shape)  # [batch, beam, input length + extra]
+(1, 4, 7)
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from keras_transformer.beam_search import NEG_INF, BeamSearchResult, beam_search, write_at
+from keras_transformer.decoder_layer import REORDERED_CACHE_KEYS
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+# §6.1: "maximum output length during inference to input length + 50".
+EXTRA_LENGTH = 50
+BEAM_SIZE = 4
+ALPHA = 0.6
+
+
+class GreedyResult(NamedTuple):
+    """ids: int32 `[batch, max_decode_length]` (PAD after EOS); log_probs: float32 `[batch]`;
+    lengths: int32 `[batch]`, tokens generated, EOS included."""
+
+    ids: tf.Tensor
+    log_probs: tf.Tensor
+    lengths: tf.Tensor
+
+
+def greedy_search(
+    symbols_to_logits_fn, initial_ids, initial_cache, max_decode_length, max_lengths=None
+) -> GreedyResult:
+    """Takes the most probable token at every step until EOS or the sentence's maximum length.
+
+    Same contract as `beam_search.beam_search` with one hypothesis per sentence; stops as soon as
+    every sentence has ended.
+    """
+    initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+    batch_size = tf.shape(initial_ids)[0]
+    if max_lengths is None:
+        max_lengths = tf.fill([batch_size], max_decode_length)
+    max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
+
+    def step_fn(step, ids, log_probs, lengths, finished, cache):
+        logits, cache = symbols_to_logits_fn(ids[:, step], step, cache)
+        step_log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        tokens = tf.argmax(step_log_probs, axis=-1, output_type=tf.int32)
+        tokens = tf.where(finished, PAD_ID, tokens)
+        token_log_probs = tf.gather(step_log_probs, tokens, batch_dims=1)
+        log_probs += tf.where(finished, 0.0, token_log_probs)
+        lengths += tf.cast(~finished, tf.int32)
+        finished |= (tokens == EOS_ID) | (step + 1 >= max_lengths)
+        return step + 1, write_at(ids, step + 1, tokens), log_probs, lengths, finished, cache
+
+    ids = tf.fill([batch_size, max_decode_length + 1], PAD_ID)
+    _, ids, log_probs, lengths, _, _ = tf.while_loop(
+        lambda step, ids, log_probs, lengths, finished, cache: ~tf.reduce_all(finished),
+        step_fn,
+        (
+            tf.constant(0),
+            write_at(ids, 0, initial_ids),
+            tf.zeros([batch_size]),
+            tf.zeros([batch_size], tf.int32),
+            tf.zeros([batch_size], tf.bool),
+            initial_cache,
+        ),
+        maximum_iterations=max_decode_length,
+    )
+    return GreedyResult(ids[:, 1:], log_probs, lengths)
+
+
+def max_output_lengths(source_ids, extra_length, limit):
+    """Per sentence: input length (non-PAD source ids) + `extra_length`, at most `limit`."""
+    source_lengths = tf.math.count_nonzero(source_ids != PAD_ID, axis=1, dtype=tf.int32)
+    return tf.minimum(source_lengths + extra_length, limit)
+
+
+def max_decode_length(model, source_ids, extra_length):
+    """The static buffer length: padded source length + extra, at most the model's max_length.
+
+    A Python int whenever the source length is static, so that XLA sees fixed shapes.
+    """
+    source_length = source_ids.shape[1]
+    if source_length is None:
+        return tf.minimum(tf.shape(source_ids)[1] + extra_length, model.config.max_length)
+    return min(source_length + extra_length, model.config.max_length)
+
+
+def cached_step(model, encoder_output, source_mask, max_length):
+    """`symbols_to_logits_fn` on `Transformer.decode_step`, and its initial cache.
+
+    Only the self-attention keys/values go into the searched cache (beam search reorders them);
+    the encoder-decoder keys/values, identical for all hypotheses of a sentence, stay in the
+    closure and are computed once.
+    """
+    full_cache = model.init_cache(encoder_output, max_length)
+    fixed = tuple({k: v for k, v in c.items() if k not in REORDERED_CACHE_KEYS} for c in full_cache)
+    searched = tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in full_cache)
+
+    def symbols_to_logits(ids, step, cache):
+        merged = tuple({**s, **f} for s, f in zip(cache, fixed, strict=True))
+        logits, merged = model.decode_step(ids, step, merged, source_mask)
+        return logits, tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in merged)
+
+    return symbols_to_logits, searched
+
+
+def uncached_step(model, encoder_output, source_mask, max_length):
+    """`symbols_to_logits_fn` that re-runs the decoder over the whole prefix at every step.
+
+    Its "cache" is the prefix of target ids itself, so beam search reorders it like any cache.
+    """
+
+    def symbols_to_logits(ids, step, prefix):
+        prefix = write_at(prefix, step, ids)
+        logits = model.decode(prefix[:, : step + 1], encoder_output, source_mask)
+        return logits[:, -1, :], prefix
+
+    return symbols_to_logits, tf.fill([tf.shape(encoder_output)[0], max_length], PAD_ID)
+
+
+def never_pad_or_bos(symbols_to_logits):
+    """Rules out PAD and BOS as outputs: neither can follow in a sentence, and a PAD fed back
+    would be masked by the full decoder pass but not by the cache."""
+
+    def restricted(ids, step, cache):
+        logits, cache = symbols_to_logits(ids, step, cache)
+        vocabulary = tf.range(tf.shape(logits)[-1])
+        return tf.where((vocabulary == PAD_ID) | (vocabulary == BOS_ID), NEG_INF, logits), cache
+
+    return restricted
+
+
+def _search_inputs(model, source_ids, extra_length, copies, cached):
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    encoder_output, source_mask = model.encode(source_ids, training=False)
+    if copies > 1:  # hypothesis k of sentence b at row b * copies + k
+        encoder_output = tf.repeat(encoder_output, copies, axis=0)
+        source_mask = tf.repeat(source_mask, copies, axis=0)
+    length = max_decode_length(model, source_ids, extra_length)
+    make_step = cached_step if cached else uncached_step
+    step_fn, cache = make_step(model, encoder_output, source_mask, length)
+    first_ids = tf.fill([tf.shape(source_ids)[0]], BOS_ID)
+    limits = max_output_lengths(source_ids, extra_length, length)
+    return never_pad_or_bos(step_fn), first_ids, cache, length, limits
+
+
+def greedy_decode(model, source_ids, extra_length=EXTRA_LENGTH, cached=True) -> GreedyResult:
+    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0)."""
+    step_fn, first_ids, cache, length, limits = _search_inputs(
+        model, source_ids, extra_length, 1, cached
+    )
+    return greedy_search(step_fn, first_ids, cache, length, limits)
+
+
+def beam_decode(
+    model,
+    source_ids,
+    beam_size=BEAM_SIZE,
+    alpha=ALPHA,
+    extra_length=EXTRA_LENGTH,
+    cached=True,
+) -> BeamSearchResult:
+    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0)."""
+    step_fn, first_ids, cache, length, limits = _search_inputs(
+        model, source_ids, extra_length, beam_size, cached
+    )
+    return beam_search(step_fn, first_ids, cache, beam_size, alpha, length, limits)
