@@ -4,6 +4,8 @@
 - `MetricsJsonl` appends every logged value to `metrics.jsonl` with the step and wall time.
 - `RollingCheckpoints` writes `ckpt-<step>.weights.h5` every N steps or minutes, keeping the last
   K: the files that checkpoint averaging reads (§6.1 averages the last 5 or 20).
+- `ValidationBleu` greedy-decodes a fixed slice of the validation split every K steps and logs
+  sacreBLEU and chrF to TensorBoard and `metrics.jsonl`.
 - `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget.
 - `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
   restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
@@ -120,6 +122,73 @@ def list_checkpoints(directory) -> list[Path]:
         p for p in Path(directory).glob("ckpt-*.weights.h5") if CHECKPOINT_PATTERN.search(p.name)
     ]
     return sorted(files, key=lambda p: int(CHECKPOINT_PATTERN.search(p.name).group(1)))
+
+
+class ValidationBleu(keras.callbacks.Callback):
+    """sacreBLEU of greedy translations of fixed validation sentences, every `every_steps` steps.
+
+    Args:
+        tokenizer: the run's `SubwordTokenizer`.
+        sources, references: the validation slice (lists of str).
+        target_language: for the tokenized BLEU's Moses tokenizer.
+        every_steps: evaluation period in optimizer steps (and once at the end of training).
+        log_dir: TensorBoard directory; scalars go to its `bleu/` run.
+        metrics: the run's `MetricsJsonl`, which gets `kind: "bleu"` lines.
+    """
+
+    def __init__(
+        self, tokenizer, sources, references, target_language, every_steps, log_dir, metrics
+    ):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.sources, self.references = sources, references
+        self.target_language = target_language
+        self.every_steps = every_steps
+        self.log_dir = Path(log_dir)
+        self.metrics = metrics
+        self._translator = None
+        self._last_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if _step(self.model) % self.every_steps == 0:
+            self.evaluate()
+
+    def on_train_end(self, logs=None):
+        self.evaluate()
+
+    def evaluate(self):
+        import tensorflow as tf
+
+        from keras_transformer.evaluation import corpus_scores
+        from keras_transformer.translator import Translator
+
+        step = _step(self.model)
+        if step == self._last_step:
+            return
+        self._last_step = step
+        if self._translator is None:  # one translator, so its traced search is reused
+            self._translator = Translator(self.model, self.tokenizer)
+        start = time.perf_counter()
+        hypotheses = self._translator.translate(self.sources, beam_size=1, progress=False)
+        scores = corpus_scores(hypotheses, self.references, self.target_language)
+        scores = {
+            "val_bleu": scores["bleu"],
+            "val_chrf": scores["chrf"],
+            "val_bleu_tokenized_lowercase": scores["bleu_tokenized_lowercase"],
+            "val_bleu_seconds": time.perf_counter() - start,
+        }
+        self.metrics.write("bleu", scores)
+        with tf.summary.create_file_writer(str(self.log_dir / "bleu")).as_default(step=step):
+            for name, value in scores.items():
+                tf.summary.scalar(name, value)
+        logger.info(
+            "step %d: greedy val sacreBLEU %.2f, chrF %.2f on %d sentences (%.1f s)",
+            step,
+            scores["val_bleu"],
+            scores["val_chrf"],
+            len(self.sources),
+            scores["val_bleu_seconds"],
+        )
 
 
 class StopAtStep(keras.callbacks.Callback):

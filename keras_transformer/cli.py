@@ -55,6 +55,8 @@ def _train(args):
         seed=args.seed,
         deterministic=args.deterministic,
         log_every=args.log_every,
+        bleu_every=args.bleu_every or None,
+        bleu_sentences=args.bleu_sentences,
     )
     print(f"final weights: {train(config, run)}")
 
@@ -69,6 +71,109 @@ def _average(args):
         Transformer(config), args.run / "checkpoints", args.last, output
     )
     print(f"averaged {[p.name for p in used]} into {output}")
+
+
+def _translate(args):
+    from keras_transformer.translator import load_run
+
+    translator = load_run(args.model, args.weights, args.jit_compile)
+    lines = _read_input(args.input)
+    translations = translator.translate(
+        lines, beam_size=args.beam, alpha=args.alpha, extra_length=args.extra_length
+    )
+    text = "".join(t + "\n" for t in translations)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def _read_input(path):
+    """Lines of `path` (plain or .gz), or of stdin; undecodable bytes name the line."""
+    from pipelines.corpus import read_lines
+
+    if path:
+        return read_lines(path)
+    lines = []
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        except UnicodeDecodeError as error:
+            raise SystemExit(f"stdin, line {number}: invalid UTF-8 ({error.reason})") from error
+    return lines
+
+
+def _evaluate(args):
+    import json
+
+    from keras_transformer.evaluation import evaluate_corpus
+    from keras_transformer.translator import load_run
+    from pipelines import corpus_files
+
+    run = json.loads((args.model / "run.json").read_text())
+    source, target = run["source_language"], run["target_language"]
+    split = "validation" if args.split == "val" else args.split
+    files = corpus_files(run.get("dataset", "multi30k"), args.data_dir, source, target)
+    if split not in files:
+        raise SystemExit(f"unknown split {args.split!r}; splits: {sorted(files)}")
+    translator = load_run(args.model, args.weights, args.jit_compile)
+    scores = evaluate_corpus(
+        translator,
+        *files[split],
+        target,
+        args.output or args.model / "eval",
+        beam_size=args.beam,
+        alpha=args.alpha,
+        extra_length=args.extra_length,
+    )
+    print(
+        f"{split} {source}->{target} beam {args.beam}: sacreBLEU {scores['bleu']:.2f} "
+        f"({scores['bleu_signature']}), chrF {scores['chrf']:.2f}, "
+        f"tokenized lowercased BLEU {scores['bleu_tokenized_lowercase']:.2f}"
+    )
+
+
+def _attention(args):
+    from keras_transformer.attention_plot import plot_attention
+    from keras_transformer.translator import load_run
+
+    translator = load_run(args.model, args.weights)
+    translation = plot_attention(translator, args.sentence, args.layer, args.output)
+    print(f"{args.sentence} -> {translation}\nwrote {args.output}")
+
+
+def _add_search_arguments(parser):
+    parser.add_argument("--model", type=Path, required=True, help="training run directory")
+    parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (§6.1)")
+    parser.add_argument(
+        "--extra-length", type=int, default=50, help="max output = input length + this (§6.1)"
+    )
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+
+
+def _add_decoding(commands):
+    translate = commands.add_parser("translate", help="translate lines of a file or stdin")
+    _add_search_arguments(translate)
+    translate.add_argument("--input", type=Path, help="text file (plain or .gz); default stdin")
+    translate.add_argument("--output", type=Path, help="default stdout")
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser("evaluate", help="sacreBLEU, chrF and tokenized BLEU of a split")
+    _add_search_arguments(evaluate)
+    evaluate.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    evaluate.add_argument("--split", default="test_2016_flickr")
+    evaluate.add_argument("--output", type=Path, help="directory for hypotheses and scores")
+    evaluate.set_defaults(run=_evaluate)
+
+    attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")
+    attention.add_argument("--model", type=Path, required=True, help="training run directory")
+    attention.add_argument("--weights", type=Path)
+    attention.add_argument("--sentence", required=True)
+    attention.add_argument("--layer", type=int, default=-1, help="layer index (default: last)")
+    attention.add_argument("--output", type=Path, default=Path("attention.png"))
+    attention.set_defaults(run=_attention)
 
 
 def _add_train(commands):
@@ -94,6 +199,10 @@ def _add_train(commands):
     train.add_argument(
         "--log-every", type=int, default=50, help="steps between metrics.jsonl lines"
     )
+    train.add_argument(
+        "--bleu-every", type=int, default=1000, help="steps between greedy val BLEU (0: never)"
+    )
+    train.add_argument("--bleu-sentences", type=int, default=200, help="val sentences for BLEU")
     train.add_argument("--seed", type=int, default=1234)
     train.add_argument("--deterministic", action="store_true", help="deterministic TF ops")
     train.add_argument(
@@ -127,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     presets.set_defaults(run=_presets)
     _add_train(commands)
     _add_average(commands)
+    _add_decoding(commands)
     return parser
 
 

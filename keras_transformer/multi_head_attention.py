@@ -49,6 +49,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_k = d_k
         self.d_v = d_v
         self.attention_dropout = attention_dropout
+        # Set `record_attention = True` to keep the weights of the last eager call in
+        # `last_attention_weights` `[batch, heads, q, k]`: how the attention plots read them.
+        self.record_attention = False
+        self.last_attention_weights = None
 
     def build(self, query_shape, key_value_shape=None):
         d_model = query_shape[-1]
@@ -89,7 +93,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def attend(self, query, key, value, attention_mask=None, training=None):
         """Attention of `query` `[batch, q, d_model]` over projected `key`/`value`."""
-        output, _ = self.attention_weights_and_output(query, key, value, attention_mask, training)
+        output, weights = self.attention_weights_and_output(
+            query, key, value, attention_mask, training
+        )
+        if self.record_attention:
+            self.last_attention_weights = weights
         return output
 
     def attention_weights_and_output(self, query, key, value, attention_mask=None, training=None):

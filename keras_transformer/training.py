@@ -63,6 +63,8 @@ class TrainingRun:
     seed: int | None = 1234
     deterministic: bool = False
     log_every: int = 50
+    bleu_every: int | None = 1000
+    bleu_sentences: int = 200
     verbose: int = 1
 
     def __post_init__(self):
@@ -147,7 +149,24 @@ def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
     return int(model.optimizer.iterations.numpy())
 
 
-def build_callbacks(run: TrainingRun, steps_per_epoch: int) -> list[keras.callbacks.Callback]:
+def validation_bleu(run: TrainingRun, tokenizer, files, metrics) -> run_callbacks.ValidationBleu:
+    from pipelines.corpus import read_parallel_corpus
+
+    corpus = read_parallel_corpus(*files["validation"])
+    count = run.bleu_sentences
+    return run_callbacks.ValidationBleu(
+        tokenizer,
+        corpus.source[:count],
+        corpus.target[:count],
+        run.target_language,
+        run.bleu_every,
+        run.output / "logs",
+        metrics,
+    )
+
+
+def build_callbacks(run: TrainingRun, tokenizer, files) -> list[keras.callbacks.Callback]:
+    metrics = run_callbacks.MetricsJsonl(run.output / "metrics.jsonl", every_steps=run.log_every)
     callbacks = [
         resumable_backup(run),
         run_callbacks.TokenThroughput(),
@@ -157,9 +176,11 @@ def build_callbacks(run: TrainingRun, steps_per_epoch: int) -> list[keras.callba
             every_minutes=run.checkpoint_minutes,
             keep=run.keep_checkpoints,
         ),
-        run_callbacks.MetricsJsonl(run.output / "metrics.jsonl", every_steps=run.log_every),
+        metrics,
         keras.callbacks.TensorBoard(run.output / "logs", update_freq=run.log_every),
     ]
+    if run.bleu_every:
+        callbacks.append(validation_bleu(run, tokenizer, files, metrics))
     if run.max_steps:
         callbacks.append(run_callbacks.StopAtStep(run.max_steps))
     if run.max_minutes:
@@ -236,7 +257,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         validation_data=dataset("validation"),
         epochs=run.epochs,
         steps_per_epoch=epoch_steps,
-        callbacks=build_callbacks(run, epoch_steps),
+        callbacks=build_callbacks(run, tokenizer, files),
         verbose=run.verbose,
     )
     model.save_weights(final)

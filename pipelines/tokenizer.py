@@ -56,6 +56,7 @@ class SubwordTokenizer(tf.Module):
             if vocabulary[:4] != WORDPIECE_RESERVED:
                 raise ValueError(f"{self.path}: the first entries must be {WORDPIECE_RESERVED}")
             self.kind = "wordpiece"
+            self._vocabulary = tf.constant(vocabulary)
             self._tokenizer = tf_text.FastWordpieceTokenizer(
                 vocab=vocabulary, unknown_token="[UNK]", support_detokenization=True
             )
@@ -70,6 +71,15 @@ class SubwordTokenizer(tf.Module):
     def tokenize(self, strings):
         """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS."""
         return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+
+    def pieces(self, ids) -> list[str]:
+        """The subword strings of a list of ids (for plots and debugging)."""
+        ids = tf.constant(list(ids), tf.int32)
+        if self.kind == "wordpiece":
+            strings = tf.gather(self._vocabulary, ids)
+        else:
+            strings = self._tokenizer.id_to_string(ids)
+        return [s.decode("utf-8") for s in strings.numpy()]
 
     def detokenize(self, ids):
         """int ids `[batch, length]` (dense or ragged) → `[batch]` tf.string.

@@ -14,7 +14,7 @@ import pytest
 from repo_paths import REPO_ROOT
 
 SLICE = {"train": 1200, "val": 40, "test_2016_flickr": 40}
-TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512"]
+TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512", "--bleu-every", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +113,21 @@ def test_same_seed_same_losses(corpus, tmp_path):
 
 def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     output = tmp_path / "run"
-    first = run(train_command(corpus, output, "--max-steps", "3", "--checkpoint-every", "1"))
+    first = run(
+        train_command(
+            corpus,
+            output,
+            *("--max-steps", "3", "--checkpoint-every", "1"),
+            *("--bleu-every", "2", "--bleu-sentences", "8"),
+        )
+    )
     assert first.returncode == 0, first.stderr[-3000:]
+    # Validation BLEU every 2 steps and at the end, in metrics.jsonl and TensorBoard.
+    records = map(json.loads, (output / "metrics.jsonl").read_text().splitlines())
+    bleu = [r for r in records if r["kind"] == "bleu"]
+    assert [r["step"] for r in bleu] == [2, 3]
+    assert all(0 <= r["val_bleu"] <= 100 and "val_chrf" in r for r in bleu)
+    assert list((output / "logs" / "bleu").glob("events.out.tfevents.*"))
 
     changed = run(train_command(corpus, output, "--max-steps", "3", "--set", "d_ff=64"))
     assert changed.returncode != 0

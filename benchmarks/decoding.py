@@ -1,0 +1,102 @@
+"""Decoding speed of the `small` model: greedy and beam 4, cached vs. uncached, batch 1 and 64.
+
+The peers' decode workload (../shared/peers/README.md): random source ids of length 24, exactly 24
+generated tokens (input length + 0 extra, and an untrained model that never picks EOS first), the
+`small` sizes with vocabulary 8000, and their timing protocol (3 warm-up calls, then 3
+repetitions of 3 calls, median). Prints one JSON line per setting with sentences/s, generated
+tokens/s (tokens actually generated, read from the result) and the median seconds per call.
+
+    .venv/bin/python benchmarks/decoding.py [--jit] [--batches 1 64] [--out results.jsonl]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+from throughput import common, workload_config
+
+from keras_transformer import Transformer
+from keras_transformer.decoding import beam_decode, greedy_decode
+
+
+def decoder(model, beam_size, cached, jit_compile):
+    """A `tf.function` returning the generated-token count of one decode of a batch."""
+
+    def run(source):
+        if beam_size == 1:
+            lengths = greedy_decode(model, source, extra_length=0, cached=cached).lengths
+        else:
+            result = beam_decode(model, source, beam_size, 0.6, extra_length=0, cached=cached)
+            lengths = result.lengths[:, 0]
+        return tf.reduce_sum(lengths)
+
+    return tf.function(run, jit_compile=jit_compile)
+
+
+def decode_sources(batch):
+    """The peers' decode batch (32 × 24 random ids), cut or extended with more of the same kind."""
+    sources = common.decode_batch()
+    if batch > len(sources):
+        rng = np.random.default_rng(common.SEED + 2)
+        extra = rng.integers(common.LOW, common.VOCAB, (batch - len(sources), sources.shape[1]))
+        sources = np.concatenate([sources, extra])
+    return tf.constant(sources[:batch], tf.int32)
+
+
+def measure(model, batch, beam_size, cached, jit_compile) -> dict:
+    source = decode_sources(batch)
+    run = decoder(model, beam_size, cached, jit_compile)
+
+    def calls(count):
+        return [int(run(source)) for _ in range(count)]
+
+    start = time.perf_counter()
+    calls(common.DEC_WARMUP_CALLS)
+    warm = time.perf_counter() - start
+    times, generated = [], 0
+    for _ in range(common.REPS):
+        start = time.perf_counter()
+        generated = calls(common.DEC_CALLS_PER_REP)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times) / common.DEC_CALLS_PER_REP
+    return {
+        "search": "greedy" if beam_size == 1 else f"beam{beam_size}",
+        "cached": cached,
+        "batch": batch,
+        "jit_compile": jit_compile,
+        "warmup_s": round(warm, 2),
+        "call_s_median": round(median, 4),
+        "sentences_per_s": round(batch / median, 1),
+        "generated_tokens_per_s": round(generated[-1] / median, 1),
+        "mean_new_tokens": generated[-1] / batch,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--out", help="append the JSON lines to this file")
+    args = parser.parse_args()
+
+    tf.keras.utils.set_random_seed(common.SEED)
+    model = Transformer(workload_config("small"))
+    for batch in args.batches:
+        for beam in args.beams:
+            for cached in (True, False) if args.uncached else (True,):
+                record = measure(model, batch, beam, cached, args.jit and cached)
+                line = json.dumps(record)
+                print(line, flush=True)
+                if args.out:
+                    with open(args.out, "a") as file:
+                        file.write(line + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

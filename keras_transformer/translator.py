@@ -1,0 +1,151 @@
+"""Sentences in, translations out: tokenize, decode with the cache (§6.1), detokenize.
+
+`Translator` joins a trained `Transformer` and its subword tokenizer. `translate` takes any list
+of sentences: empty lines come back empty, sentences longer than the model's `max_length` are
+truncated with a warning naming their line numbers, and the rest are sorted by length into
+batches (so little of each batch is padding), decoded, and returned in their input order.
+
+Decoding runs in a `tf.function` traced once per padded batch shape; source lengths are padded
+up to a multiple of `LENGTH_BUCKET`, so a long input file causes a handful of traces, not one per
+batch. `load_run` builds a translator from a training run directory.
+
+Example (needs a trained run, so not run as a doctest)::
+
+    translator = load_run("runs/m30k-ende")
+    translator.translate(["A dog runs through the grass."], beam_size=4, alpha=0.6)
+"""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from keras_transformer.callbacks import CheckpointError, list_checkpoints
+from keras_transformer.checkpoint_averaging import load_weights_checked
+from keras_transformer.config import TransformerConfig
+from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode, greedy_decode
+from keras_transformer.transformer import Transformer
+from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
+
+logger = logging.getLogger(__name__)
+
+LENGTH_BUCKET = 8  # source lengths are padded to a multiple of this (bounded retracing)
+BATCH_SENTENCES = 64
+
+
+class Translator:
+    """A `Transformer` and its `SubwordTokenizer`, decoding batches of sentences.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: the `SubwordTokenizer` it was trained with.
+        jit_compile: compile the search with XLA (one compilation per padded batch shape).
+    """
+
+    def __init__(self, model: Transformer, tokenizer: SubwordTokenizer, jit_compile=False):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_source_tokens = model.config.max_length - 1  # + EOS
+        self._greedy = tf.function(self._greedy_ids, jit_compile=jit_compile)
+        self._beam = tf.function(self._beam_ids, jit_compile=jit_compile)
+
+    def _greedy_ids(self, source_ids, extra_length):
+        result = greedy_decode(self.model, source_ids, extra_length)
+        return result.ids, result.log_probs
+
+    def _beam_ids(self, source_ids, beam_size, alpha, extra_length):
+        result = beam_decode(self.model, source_ids, beam_size, alpha, extra_length)
+        return result.ids[:, 0], result.scores[:, 0]
+
+    def decode_ids(self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH):
+        """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores.
+
+        `beam_size=1` decodes greedily (scores are then plain log-probabilities).
+        """
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        if beam_size == 1:
+            return self._greedy(source_ids, extra_length)
+        return self._beam(source_ids, beam_size, tf.constant(alpha, tf.float32), extra_length)
+
+    def encode_sentences(self, sentences, first_line=1):
+        """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly."""
+        pieces = self.tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
+        too_long = [i for i, ids in enumerate(pieces) if len(ids) > self.max_source_tokens]
+        if too_long:
+            lines = [first_line + i for i in too_long]
+            logger.warning(
+                "%d sentence(s) longer than %d subwords truncated (lines %s)",
+                len(too_long),
+                self.max_source_tokens,
+                ", ".join(map(str, lines[:20])) + (" ..." if len(lines) > 20 else ""),
+            )
+        return [ids[: self.max_source_tokens] + [EOS_ID] for ids in pieces]
+
+    def translate(
+        self,
+        sentences,
+        beam_size=BEAM_SIZE,
+        alpha=ALPHA,
+        extra_length=EXTRA_LENGTH,
+        batch_sentences=BATCH_SENTENCES,
+        progress=None,
+    ) -> list[str]:
+        """Translates `sentences` (a list of str) in their order; see the module docstring.
+
+        Args:
+            progress: show a progress bar; `None` shows one on a terminal for long inputs.
+        """
+        sentences = [s.strip() for s in sentences]
+        outputs = [""] * len(sentences)
+        real = [i for i, s in enumerate(sentences) if s]
+        if not real:
+            return outputs
+        source = self.encode_sentences([sentences[i] for i in real])
+        order = sorted(range(len(real)), key=lambda k: len(source[k]))
+        batches = [order[i : i + batch_sentences] for i in range(0, len(order), batch_sentences)]
+        show = progress if progress is not None else (len(real) > 4 * batch_sentences and None)
+        for batch in tqdm(batches, desc="translating", unit="batch", disable=show is False):
+            ids, _ = self.decode_ids(
+                pad_to_bucket([source[k] for k in batch]), beam_size, alpha, extra_length
+            )
+            texts = self.tokenizer.detokenize(ids).numpy()
+            for k, text in zip(batch, texts, strict=True):
+                outputs[real[k]] = text.decode("utf-8")
+        return outputs
+
+
+def pad_to_bucket(rows, bucket=LENGTH_BUCKET):
+    """Lists of ids → int32 `[batch, length]`, length rounded up to a multiple of `bucket`."""
+    width = -(-max(map(len, rows)) // bucket) * bucket
+    padded = np.full((len(rows), width), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        padded[i, : len(row)] = row
+    return padded
+
+
+def run_weights(run_dir: Path) -> Path:
+    """The weights a run directory offers, best first: averaged checkpoints, final, latest."""
+    run_dir = Path(run_dir)
+    averaged = sorted(run_dir.glob("averaged*.weights.h5"))
+    for candidate in [*averaged, run_dir / "model.weights.h5"]:
+        if candidate.is_file():
+            return candidate
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    if checkpoints:
+        return checkpoints[-1]
+    raise CheckpointError(f"no weights in {run_dir} (averaged*, model.weights.h5, checkpoints/)")
+
+
+def load_run(run_dir, weights=None, jit_compile=False) -> Translator:
+    """A `Translator` from a training run directory (config.json, subwords.model, weights)."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: is {run_dir} a training run directory?")
+    model = Transformer(TransformerConfig.from_json(config_path.read_text()))
+    weights = Path(weights) if weights else run_weights(run_dir)
+    load_weights_checked(model, weights)
+    logger.info("loaded %s", weights)
+    return Translator(model, SubwordTokenizer(run_dir / "subwords.model"), jit_compile)

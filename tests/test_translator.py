@@ -1,0 +1,129 @@
+"""Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
+
+import gzip
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer, TransformerConfig, cli
+from keras_transformer.attention_plot import attention_maps
+from keras_transformer.evaluation import corpus_scores
+from keras_transformer.translator import load_run, pad_to_bucket
+from pipelines import SubwordTokenizer, train_sentencepiece
+from pipelines.corpus import read_lines
+
+EXTRA = 6  # short outputs keep an untrained model's translations quick
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """No Keras seeding between these tests: it clears TensorFlow's eager kernel caches, which
+    deletes the SentencePiece resource of the module's translator."""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, multi30k_dir):
+    """A run directory as training leaves it: config, subword model, final weights."""
+    directory = tmp_path_factory.mktemp("run")
+    text = directory / "text.gz"
+    with gzip.open(text, "wt", encoding="utf-8") as f:
+        for language in ("en", "de"):
+            f.writelines(line + "\n" for line in read_lines(multi30k_dir / f"val.{language}.gz"))
+    train_sentencepiece([text], directory / "subwords.model", vocab_size=500)
+    config = TransformerConfig.preset("tiny", vocab_size=500, max_length=24)
+    (directory / "config.json").write_text(config.to_json())
+    (directory / "run.json").write_text(
+        json.dumps({"source_language": "en", "target_language": "de"})
+    )
+    tf.keras.utils.set_random_seed(5)
+    Transformer(config).save_weights(directory / "model.weights.h5")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir):
+    return load_run(run_dir)
+
+
+SENTENCES = [
+    "Two young men are playing soccer on a green field.",
+    "A dog.",
+    "",
+    "A woman in a red coat walks past a large building with many windows.",
+    "People sit outside.",
+]
+
+
+def test_translations_come_back_in_input_order_with_empty_lines_kept(translator):
+    together = translator.translate(SENTENCES, beam_size=2, extra_length=EXTRA, batch_sentences=2)
+    assert len(together) == len(SENTENCES) and together[2] == ""
+    for sentence, translation in zip(SENTENCES, together, strict=True):
+        if sentence:
+            assert translator.translate([sentence], 2, extra_length=EXTRA) == [translation]
+    assert any(together)  # an untrained model still says something
+
+
+def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
+    long_line = " ".join(["dog"] * 60)
+    with caplog.at_level(logging.WARNING):
+        outputs = translator.translate(["A cat.", long_line], beam_size=1, extra_length=EXTRA)
+    assert len(outputs) == 2
+    assert "longer than 23 subwords truncated (lines 2)" in caplog.text
+
+
+def test_source_lengths_are_padded_to_buckets():
+    padded = pad_to_bucket([[5, 2], [5, 6, 7, 8, 9, 10, 11, 12, 2]])
+    assert padded.shape == (2, 16) and padded[0, 2:].sum() == 0
+
+
+def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, translator):
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    output = tmp_path / "out.de"
+    arguments = ["--model", str(run_dir), "--input", str(source), "--output", str(output)]
+    cli.main(["translate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert lines == translator.translate(SENTENCES, 2, extra_length=EXTRA)
+
+
+def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json not found"):
+        load_run(tmp_path)
+
+
+def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
+    references = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."]
+    perfect = corpus_scores(references, references, "de")
+    assert perfect["bleu"] == pytest.approx(100) and perfect["chrf"] == pytest.approx(100)
+    assert perfect["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    lowercased = corpus_scores([r.lower() for r in references], references, "de")
+    assert lowercased["bleu"] < 50  # case matters to sacreBLEU
+    assert lowercased["bleu_tokenized_lowercase"] == pytest.approx(100)
+
+
+def test_attention_maps_are_distributions_over_the_source(translator):
+    source = np.array(translator.encode_sentences(["A dog runs on the beach."])[0], np.int32)
+    target_in = np.array([1, 40, 41, 42], np.int32)
+    encoder, cross = attention_maps(translator.model, source, target_in)
+    heads = translator.model.config.num_heads
+    assert encoder.shape == (heads, len(source), len(source))
+    assert cross.shape == (heads, len(target_in), len(source))
+    np.testing.assert_allclose(encoder.sum(-1), 1, atol=1e-5)
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-5)
+
+
+def test_attention_command_writes_a_png(run_dir, tmp_path):
+    output = tmp_path / "attention.png"
+    cli.main(
+        ["attention", "--model", str(run_dir), "--sentence", "A dog.", "--output", str(output)]
+    )
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tokenizer_pieces_name_the_subwords(run_dir):
+    tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    ids = tokenizer.tokenize(tf.constant(["A dog."])).to_list()[0]
+    assert "".join(tokenizer.pieces(ids)).replace("▁", " ").strip() == "A dog."
