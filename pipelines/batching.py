@@ -45,9 +45,13 @@ def filter_max_length(max_length):
     return transform
 
 
-def bucket_by_token_budget(batch_tokens, max_length, drop_remainder=False):
-    """Groups pairs of similar length into batches of at most `batch_tokens` per side."""
-    boundaries = bucket_boundaries(max_length)
+def bucket_by_token_budget(batch_tokens, max_length, bucket_width=1, drop_remainder=False):
+    """Groups pairs of similar length into batches of at most `batch_tokens` per side.
+
+    `bucket_width` is the length step of the short buckets: 1 pads least; wider buckets mean
+    fewer distinct batch shapes, which matters under XLA, where each shape is compiled once.
+    """
+    boundaries = bucket_boundaries(max_length, step=bucket_width)
 
     def transform(dataset):
         return dataset.bucket_by_sequence_length(

@@ -54,6 +54,7 @@ def make_translation_dataset(
     shard_index=0,
     repeat=False,
     deterministic=None,
+    bucket_width=1,
 ):
     """Bucketed, padded batches of a parallel corpus (see the module docstring).
 
@@ -67,6 +68,7 @@ def make_translation_dataset(
         num_shards, shard_index: this input pipeline's share of the pairs (distributed input).
         repeat: repeat forever, reshuffling each pass; batches are then always full.
         deterministic: keep element order under parallel maps (default: when `seed` is set).
+        bucket_width: length step of the short buckets (see `bucket_by_token_budget`).
     """
     corpus = read_parallel_corpus(source_path, target_path)
     dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
@@ -78,7 +80,7 @@ def make_translation_dataset(
     dataset = (
         dataset.apply(tokenize_pairs(tokenizer))
         .apply(filter_max_length(max_length))
-        .apply(bucket_by_token_budget(batch_tokens, max_length))
+        .apply(bucket_by_token_budget(batch_tokens, max_length, bucket_width))
     )
     options = tf.data.Options()
     options.deterministic = seed is not None if deterministic is None else deterministic
