@@ -69,12 +69,16 @@ class Translator:
             return self._greedy(source_ids, extra_length)
         return self._beam(source_ids, beam_size, tf.constant(alpha, tf.float32), extra_length)
 
-    def encode_sentences(self, sentences, first_line=1):
-        """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly."""
+    def encode_sentences(self, sentences, line_numbers=None):
+        """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.
+
+        `line_numbers` (default 1, 2, ...) name the sentences in the truncation warning.
+        """
         pieces = self.tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()
+        line_numbers = line_numbers or range(1, len(pieces) + 1)
         too_long = [i for i, ids in enumerate(pieces) if len(ids) > self.max_source_tokens]
         if too_long:
-            lines = [first_line + i for i in too_long]
+            lines = [line_numbers[i] for i in too_long]
             logger.warning(
                 "%d sentence(s) longer than %d subwords truncated (lines %s)",
                 len(too_long),
@@ -102,11 +106,14 @@ class Translator:
         real = [i for i, s in enumerate(sentences) if s]
         if not real:
             return outputs
-        source = self.encode_sentences([sentences[i] for i in real])
+        source = self.encode_sentences([sentences[i] for i in real], [i + 1 for i in real])
         order = sorted(range(len(real)), key=lambda k: len(source[k]))
         batches = [order[i : i + batch_sentences] for i in range(0, len(order), batch_sentences)]
-        show = progress if progress is not None else (len(real) > 4 * batch_sentences and None)
-        for batch in tqdm(batches, desc="translating", unit="batch", disable=show is False):
+        if progress is None:  # tqdm's None: shown on a terminal only
+            hide = None if len(batches) > 4 else True
+        else:
+            hide = not progress
+        for batch in tqdm(batches, desc="translating", unit="batch", disable=hide):
             ids, _ = self.decode_ids(
                 pad_to_bucket([source[k] for k in batch]), beam_size, alpha, extra_length
             )

@@ -69,9 +69,9 @@ def test_translations_come_back_in_input_order_with_empty_lines_kept(translator)
 def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
     long_line = " ".join(["dog"] * 60)
     with caplog.at_level(logging.WARNING):
-        outputs = translator.translate(["A cat.", long_line], beam_size=1, extra_length=EXTRA)
-    assert len(outputs) == 2
-    assert "longer than 23 subwords truncated (lines 2)" in caplog.text
+        outputs = translator.translate(["", "A cat.", long_line], beam_size=1, extra_length=EXTRA)
+    assert len(outputs) == 3 and outputs[0] == ""
+    assert "longer than 23 subwords truncated (lines 3)" in caplog.text
 
 
 def test_source_lengths_are_padded_to_buckets():

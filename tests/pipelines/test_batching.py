@@ -90,3 +90,17 @@ def test_two_shards_partition_the_pairs(train_slice, tokenizer):
     shard_0, shard_1, everything = pairs(2, 0), pairs(2, 1), pairs(1, 0)
     assert len(shard_0) + len(shard_1) == len(everything) == 3000
     assert sorted(shard_0 + shard_1) == everything
+
+
+def test_wider_buckets_give_fewer_shapes_within_the_budget(train_slice, tokenizer):
+    def shapes(width):
+        dataset = make_translation_dataset(
+            *train_slice, tokenizer, 2048, MAX_LENGTH, seed=5, bucket_width=width
+        )
+        found = {s.shape for s, _, _ in batches(dataset)}
+        assert all(rows * length <= 2048 for rows, length in found)
+        return {length for _, length in found}
+
+    narrow, wide = shapes(1), shapes(4)
+    assert len(wide) * 2 < len(narrow)
+    assert wide <= {b - 1 for b in bucket_boundaries(MAX_LENGTH, step=4)}
