@@ -149,3 +149,18 @@ def test_decoded_lengths_stay_within_the_limits(model):
     limits = np.array([len(s) + 3 for s in SOURCES])
     assert np.all(result.lengths.numpy() <= limits[:, None])
     assert result.ids.shape[-1] == 8 + 3
+
+
+def test_xla_compiled_search_gives_the_same_translations(model):
+    source = tf.constant(padded(SOURCES))
+
+    def search(source_ids):
+        result = beam_decode(model, source_ids, beam_size=3, extra_length=6)
+        greedy = greedy_decode(model, source_ids, extra_length=6)
+        return result.ids, result.scores, greedy.ids
+
+    plain = search(source)
+    compiled = tf.function(search, jit_compile=True)(source)
+    np.testing.assert_array_equal(compiled[0], plain[0])
+    np.testing.assert_allclose(compiled[1], plain[1], atol=1e-4)
+    np.testing.assert_array_equal(compiled[2], plain[2])
