@@ -114,7 +114,8 @@ def beam_search(
             cache)`.
         initial_ids: int `[batch]`, the first decoder input (BOS).
         initial_cache: nested tensors with a leading `batch * beam` axis (may be empty).
-        beam_size: hypotheses kept per sentence (a Python int: it fixes shapes).
+        beam_size: hypotheses kept per sentence: a Python int fixes the shapes (as XLA needs);
+            a scalar int32 tensor lets a serving signature take it as an input.
         alpha: α of the length penalty; 0 ranks by log-probability alone.
         max_decode_length: int, the most tokens any hypothesis may have (fixes the buffers).
         max_lengths: optional int `[batch]`, each sentence's own limit (≤ `max_decode_length`);
@@ -142,9 +143,10 @@ def beam_search(
         candidates = tf.reshape(
             state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]
         )
-        candidate_count = 2 * beam_size
-        if isinstance(vocab_size, int):
-            candidate_count = min(candidate_count, beam_size * vocab_size)
+        if isinstance(vocab_size, int) and isinstance(beam_size, int):
+            candidate_count = min(2 * beam_size, beam_size * vocab_size)  # static, for XLA
+        else:
+            candidate_count = tf.minimum(2 * beam_size, beam_size * vocab_size)
         top_log_probs, top_indices = tf.math.top_k(candidates, k=candidate_count)
         parents, tokens = top_indices // vocab_size, top_indices % vocab_size
         ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)

@@ -142,6 +142,14 @@ def _attention(args):
     print(f"{args.sentence} -> {translation}\nwrote {args.output}")
 
 
+def _export(args):
+    from keras_transformer.export import export_saved_model
+    from keras_transformer.translator import load_run
+
+    path = export_saved_model(load_run(args.model, args.weights), args.output)
+    print(f"exported {path}")
+
+
 def _add_search_arguments(parser):
     parser.add_argument("--model", type=Path, required=True, help="training run directory")
     parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
@@ -166,6 +174,16 @@ def _add_decoding(commands):
     evaluate.add_argument("--split", default="test_2016_flickr")
     evaluate.add_argument("--output", type=Path, help="directory for hypotheses and scores")
     evaluate.set_defaults(run=_evaluate)
+
+    export = commands.add_parser(
+        "export", help="SavedModel for TensorFlow Serving: <output>/<next version>/"
+    )
+    export.add_argument("--model", type=Path, required=True, help="training run directory")
+    export.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
+    export.add_argument(
+        "--output", type=Path, required=True, help="base path, e.g. saved_models/m30k-ende"
+    )
+    export.set_defaults(run=_export)
 
     attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")
     attention.add_argument("--model", type=Path, required=True, help="training run directory")

@@ -92,10 +92,11 @@ def max_output_lengths(source_ids, extra_length, limit):
 def max_decode_length(model, source_ids, extra_length):
     """The static buffer length: padded source length + extra, at most the model's max_length.
 
-    A Python int whenever the source length is static, so that XLA sees fixed shapes.
+    A Python int whenever the source length and `extra_length` are, so that XLA sees fixed
+    shapes; a tensor otherwise (a serving signature's inputs).
     """
     source_length = source_ids.shape[1]
-    if source_length is None:
+    if source_length is None or not isinstance(extra_length, int):
         return tf.minimum(tf.shape(source_ids)[1] + extra_length, model.config.max_length)
     return min(source_length + extra_length, model.config.max_length)
 
@@ -148,7 +149,7 @@ def never_pad_or_bos(symbols_to_logits):
 def _search_inputs(model, source_ids, extra_length, copies, cached):
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     encoder_output, source_mask = model.encode(source_ids, training=False)
-    if copies > 1:  # hypothesis k of sentence b at row b * copies + k
+    if not isinstance(copies, int) or copies > 1:  # hypothesis k of sentence b: row b*copies+k
         encoder_output = tf.repeat(encoder_output, copies, axis=0)
         source_mask = tf.repeat(source_mask, copies, axis=0)
     length = max_decode_length(model, source_ids, extra_length)

@@ -1,5 +1,7 @@
 """Shared test fixtures: the real data beside the checkout, and quiet, seeded TensorFlow."""
 
+import gzip
+import json
 import os
 from pathlib import Path
 
@@ -7,8 +9,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
+from keras_transformer import Transformer, TransformerConfig  # noqa: E402
 from keras_transformer.distribution import configure_logical_cpus  # noqa: E402
+from pipelines import train_sentencepiece  # noqa: E402
+from pipelines.corpus import read_lines  # noqa: E402
 from repo_paths import MULTI30K_DIR  # noqa: E402
 
 # 8 logical CPU devices, as the paper's 8 GPUs, for the MirroredStrategy tests. This must happen
@@ -22,6 +28,25 @@ def multi30k_dir() -> Path:
     if not MULTI30K_DIR.is_dir():
         pytest.fail(f"Multi30k data not found at {MULTI30K_DIR}; set KT_DATA_DIR")
     return MULTI30K_DIR
+
+
+@pytest.fixture(scope="session")
+def run_dir(tmp_path_factory, multi30k_dir):
+    """A run directory as training leaves it: config, subword model, final weights."""
+    directory = tmp_path_factory.mktemp("run")
+    text = directory / "text.gz"
+    with gzip.open(text, "wt", encoding="utf-8") as f:
+        for language in ("en", "de"):
+            f.writelines(line + "\n" for line in read_lines(multi30k_dir / f"val.{language}.gz"))
+    train_sentencepiece([text], directory / "subwords.model", vocab_size=500)
+    config = TransformerConfig.preset("tiny", vocab_size=500, max_length=24)
+    (directory / "config.json").write_text(config.to_json())
+    (directory / "run.json").write_text(
+        json.dumps({"source_language": "en", "target_language": "de"})
+    )
+    tf.keras.utils.set_random_seed(5)
+    Transformer(config).save_weights(directory / "model.weights.h5")
+    return directory
 
 
 @pytest.fixture(autouse=True)

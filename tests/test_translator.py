@@ -1,19 +1,16 @@
 """Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
 
-import gzip
-import json
 import logging
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, TransformerConfig, cli
+from keras_transformer import cli
 from keras_transformer.attention_plot import attention_maps
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.translator import load_run, pad_to_bucket
-from pipelines import SubwordTokenizer, train_sentencepiece
-from pipelines.corpus import read_lines
+from pipelines import SubwordTokenizer
 
 EXTRA = 6  # short outputs keep an untrained model's translations quick
 
@@ -22,25 +19,6 @@ EXTRA = 6  # short outputs keep an untrained model's translations quick
 def _seed():
     """No Keras seeding between these tests: it clears TensorFlow's eager kernel caches, which
     deletes the SentencePiece resource of the module's translator."""
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, multi30k_dir):
-    """A run directory as training leaves it: config, subword model, final weights."""
-    directory = tmp_path_factory.mktemp("run")
-    text = directory / "text.gz"
-    with gzip.open(text, "wt", encoding="utf-8") as f:
-        for language in ("en", "de"):
-            f.writelines(line + "\n" for line in read_lines(multi30k_dir / f"val.{language}.gz"))
-    train_sentencepiece([text], directory / "subwords.model", vocab_size=500)
-    config = TransformerConfig.preset("tiny", vocab_size=500, max_length=24)
-    (directory / "config.json").write_text(config.to_json())
-    (directory / "run.json").write_text(
-        json.dumps({"source_language": "en", "target_language": "de"})
-    )
-    tf.keras.utils.set_random_seed(5)
-    Transformer(config).save_weights(directory / "model.weights.h5")
-    return directory
 
 
 @pytest.fixture(scope="module")

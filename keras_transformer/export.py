@@ -1,0 +1,112 @@
+"""Export for serving: a SavedModel whose signatures translate raw strings with §6.1's beam search.
+
+The directory layout is the one TensorFlow Serving loads, one integer version per export:
+
+    <base>/<version>/saved_model.pb, variables/, assets/subwords.model
+
+A new export takes the next version number, and is written to a hidden directory first and
+renamed into place, so a server watching `<base>` never sees half a model.
+
+Signatures (everything in the graph: tokenization, beam search with its cache, detokenization):
+
+    serving_default    text [None] string                       -> translations [None] string,
+                                                                   scores [None] float32
+    translate_options  text, beam_size [] int32, alpha [] float32,
+                       extra_length [] int32                    -> translations, scores
+    translate_ids      source_ids [None, None] int32 (PAD = 0, EOS-terminated), beam_size,
+                       alpha, extra_length                      -> target_ids [None, None] int32,
+                                                                   scores
+
+`serving_default` uses the paper's beam 4, α = 0.6 and input length + 50; TensorFlow Serving
+requires every input of a signature, so the search settings get a signature of their own rather
+than optional inputs. Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
+`FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
+Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
+
+Example (needs a trained run, so not run as a doctest)::
+
+    export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
+"""
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode
+from pipelines.tokenizer import EOS_ID, PAD_ID
+
+logger = logging.getLogger(__name__)
+
+TEXT = tf.TensorSpec([None], tf.string, name="text")
+SOURCE_IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+BEAM = tf.TensorSpec([], tf.int32, name="beam_size")
+ALPHA_SPEC = tf.TensorSpec([], tf.float32, name="alpha")
+EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
+
+
+class TranslationModule(tf.Module):
+    """The trained model and its tokenizer with the serving functions (see module docstring)."""
+
+    def __init__(self, model, tokenizer):
+        super().__init__(name="translation")
+        self.model = model
+        self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
+
+    def source_ids(self, text):
+        """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
+        pieces = self.tokenizer.tokenize(text)[:, : self.model.config.max_length - 1]
+        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
+        return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
+
+    def search(self, source_ids, beam_size, alpha, extra_length):
+        result = beam_decode(self.model, source_ids, beam_size, alpha, extra_length)
+        return result.ids[:, 0], result.scores[:, 0]
+
+    def translate(self, text, beam_size, alpha, extra_length):
+        target_ids, scores = self.search(self.source_ids(text), beam_size, alpha, extra_length)
+        return {"translations": self.tokenizer.detokenize(target_ids), "scores": scores}
+
+    @tf.function(input_signature=[TEXT])
+    def serve_text(self, text):
+        return self.translate(text, BEAM_SIZE, ALPHA, EXTRA_LENGTH)
+
+    @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
+    def serve_text_options(self, text, beam_size, alpha, extra_length):
+        return self.translate(text, beam_size, alpha, extra_length)
+
+    @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
+    def serve_ids(self, source_ids, beam_size, alpha, extra_length):
+        target_ids, scores = self.search(source_ids, beam_size, alpha, extra_length)
+        return {"target_ids": target_ids, "scores": scores}
+
+    def signatures(self):
+        return {
+            "serving_default": self.serve_text,
+            "translate_options": self.serve_text_options,
+            "translate_ids": self.serve_ids,
+        }
+
+
+def versions(base) -> list[int]:
+    """The integer version directories under `base`, ascending."""
+    base = Path(base)
+    if not base.is_dir():
+        return []
+    return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def export_saved_model(translator, base) -> Path:
+    """Writes `translator` (a `Translator`) as the next version under `base`; returns its path."""
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    version = (versions(base) or [0])[-1] + 1
+    final, staging = base / str(version), base / f".{version}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    module = TranslationModule(translator.model, translator.tokenizer)
+    tf.saved_model.save(module, str(staging), signatures=module.signatures())
+    os.rename(staging, final)
+    logger.info("exported version %d to %s", version, final)
+    return final
