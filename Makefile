@@ -18,13 +18,13 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 # The main job: train a small model on Multi30k EN->DE for a few minutes (rerunning resumes and
 # trains further), average its last checkpoints, beam-decode and score the test split, translate
-# two sentences and draw their attention.
+# two sentences, draw their attention, and export a SavedModel for TensorFlow Serving.
 DEMO_RUN ?= runs/demo
 DEMO_MINUTES ?= 6
 demo: install
 	$(PYTHON) -m keras_transformer train --preset small --data-dir $(DATA_DIR) --output $(DEMO_RUN) \
-		--set residual_dropout=0.3 --set warmup_steps=1500 --set learning_rate_scale=2 \
-		--max-minutes $(DEMO_MINUTES) --checkpoint-every 100 --bleu-every 0 --log-every 20
+		--set residual_dropout=0.2 --set warmup_steps=300 --batch-tokens 2048 \
+		--max-minutes $(DEMO_MINUTES) --checkpoint-every 50 --bleu-every 0 --log-every 20
 	$(PYTHON) -m keras_transformer average $(DEMO_RUN) --last 3
 	$(PYTHON) -m keras_transformer evaluate --model $(DEMO_RUN) --data-dir $(DATA_DIR) \
 		--split test_2016_flickr --beam 4 --alpha 0.6
@@ -32,6 +32,7 @@ demo: install
 		$(PYTHON) -m keras_transformer translate --model $(DEMO_RUN)
 	$(PYTHON) -m keras_transformer attention --model $(DEMO_RUN) \
 		--sentence 'A man in a blue shirt is riding a bike.' --output $(DEMO_RUN)/attention.png
+	$(PYTHON) -m keras_transformer export --model $(DEMO_RUN) --output saved_models/demo
 
 test: install
 	$(PYTHON) -m pytest -q
