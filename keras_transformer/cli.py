@@ -150,6 +150,28 @@ def _export(args):
     print(f"exported {path}")
 
 
+def _serve(args):
+    import time
+
+    from keras_transformer.serving import ModelServer, ServedModel
+
+    model = ServedModel(args.model_name, args.model_base_path)
+    server = ModelServer(
+        model, args.host, args.rest_port, args.grpc_port, args.max_body_bytes
+    ).start()
+    print(
+        f"serving {args.model_name} v{model.version}: "
+        f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "
+        f"and gRPC {args.host}:{server.grpc_port}; Ctrl-C stops",
+        flush=True,
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
 def _add_search_arguments(parser):
     parser.add_argument("--model", type=Path, required=True, help="training run directory")
     parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
@@ -184,6 +206,17 @@ def _add_decoding(commands):
         "--output", type=Path, required=True, help="base path, e.g. saved_models/m30k-ende"
     )
     export.set_defaults(run=_export)
+
+    serve = commands.add_parser(
+        "serve", help="TF-Serving-compatible REST and gRPC endpoint over an export base path"
+    )
+    serve.add_argument("--model-name", required=True)
+    serve.add_argument("--model-base-path", type=Path, required=True)
+    serve.add_argument("--rest-port", type=int, default=8501)
+    serve.add_argument("--grpc-port", type=int, default=8500)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    serve.set_defaults(run=_serve)
 
     attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")
     attention.add_argument("--model", type=Path, required=True, help="training run directory")
