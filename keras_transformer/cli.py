@@ -143,10 +143,22 @@ def _attention(args):
 
 
 def _export(args):
-    from keras_transformer.export import export_saved_model
+    from keras_transformer.export import export_saved_model, export_tflite
     from keras_transformer.translator import load_run
 
-    path = export_saved_model(load_run(args.model, args.weights), args.output)
+    translator = load_run(args.model, args.weights)
+    if args.format == "tflite":
+        path = export_tflite(
+            translator,
+            args.output,
+            quantize=args.quantize,
+            source_length=args.source_length,
+            beam_size=args.beam,
+            alpha=args.alpha,
+            extra_length=args.extra_length,
+        )
+    else:
+        path = export_saved_model(translator, args.output)
     print(f"exported {path}")
 
 
@@ -198,13 +210,20 @@ def _add_decoding(commands):
     evaluate.set_defaults(run=_evaluate)
 
     export = commands.add_parser(
-        "export", help="SavedModel for TensorFlow Serving: <output>/<next version>/"
+        "export", help="SavedModel for TF Serving (<output>/<next version>/), or TFLite"
     )
     export.add_argument("--model", type=Path, required=True, help="training run directory")
     export.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
     export.add_argument(
-        "--output", type=Path, required=True, help="base path, e.g. saved_models/m30k-ende"
+        "--output", type=Path, required=True, help="SavedModel base path, or the .tflite file"
     )
+    export.add_argument("--format", choices=["saved_model", "tflite"], default="saved_model")
+    tflite = export.add_argument_group("tflite (decoding fixed at export)")
+    tflite.add_argument("--quantize", choices=["dynamic"], help="int8 weights")
+    tflite.add_argument("--source-length", type=int, default=64, help="max source subwords")
+    tflite.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily")
+    tflite.add_argument("--alpha", type=float, default=0.6)
+    tflite.add_argument("--extra-length", type=int, default=50)
     export.set_defaults(run=_export)
 
     serve = commands.add_parser(

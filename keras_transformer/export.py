@@ -23,19 +23,30 @@ than optional inputs. Only core TensorFlow ops and tensorflow-text's `Sentencepi
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
 Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
 
+TFLite (LiteRT): `export_tflite` writes a model of builtin ops only (the LiteRT interpreters
+cannot run `SELECT_TF_OPS`), so tokenization stays with the caller: one signature `translate`,
+`source_ids [1, source_length]` int32 (PAD = 0, EOS-terminated) → `target_ids [1, L]` int32 and
+`scores [1]`, with L = min(source_length + extra_length, max_length). Batch, lengths, beam size,
+α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static.
+Variables are frozen into constants first: LiteRT cannot read resource variables from inside a
+`WHILE` body. `quantize="dynamic"` stores weights as int8 (dynamic-range quantization).
+
 Example (needs a trained run, so not run as a doctest)::
 
     export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
+    export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende.tflite")
 """
 
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode
+from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode, greedy_decode
 from pipelines.tokenizer import EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -110,3 +121,61 @@ def export_saved_model(translator, base) -> Path:
     os.rename(staging, final)
     logger.info("exported version %d to %s", version, final)
     return final
+
+
+# The longest source a TFLite model takes, in subwords with EOS: room for Multi30k's sentences.
+TFLITE_SOURCE_LENGTH = 64
+
+
+def tflite_search_function(model, source_length, beam_size, alpha, extra_length):
+    """The decoding `tf.function` for TFLite: fixed batch 1 and lengths; greedy if beam 1."""
+    spec = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
+
+    @tf.function(input_signature=[spec])
+    def translate(source_ids):
+        if beam_size == 1:
+            result = greedy_decode(model, source_ids, extra_length)
+            return {"target_ids": result.ids, "scores": result.log_probs}
+        result = beam_decode(model, source_ids, beam_size, alpha, extra_length)
+        return {"target_ids": result.ids[:, 0], "scores": result.scores[:, 0]}
+
+    return translate
+
+
+def export_tflite(
+    translator,
+    path,
+    quantize=None,
+    source_length=TFLITE_SOURCE_LENGTH,
+    beam_size=BEAM_SIZE,
+    alpha=ALPHA,
+    extra_length=EXTRA_LENGTH,
+) -> Path:
+    """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path."""
+    if quantize not in (None, "dynamic"):
+        raise ValueError(f"quantize must be None or 'dynamic', got {quantize!r}")
+    max_source = translator.model.config.max_length
+    if not 1 < source_length <= max_source:
+        raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
+    search = tflite_search_function(
+        translator.model, source_length, beam_size, alpha, extra_length
+    ).get_concrete_function()
+    frozen = convert_variables_to_constants_v2(search)
+    # A variable-free module around the frozen graph keeps the signature's names in TFLite.
+    module = tf.Module()
+    module.translate = tf.function(
+        lambda source_ids: tf.nest.pack_sequence_as(search.structured_outputs, frozen(source_ids)),
+        input_signature=search.structured_input_signature[0],
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        tf.saved_model.save(module, scratch, signatures={"translate": module.translate})
+        converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize == "dynamic":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        flatbuffer = converter.convert()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(flatbuffer)
+    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
+    return path

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_transformer import cli
 from keras_transformer.decoding import beam_decode
-from keras_transformer.export import versions
+from keras_transformer.export import export_tflite, versions
 from keras_transformer.translator import load_run
 from pipelines.corpus import read_lines
 
@@ -111,3 +111,58 @@ def test_ids_signature_equals_keras_beam_search(exported, translator):
     keras_result = beam_decode(translator.model, source, beam_size=3, alpha=0.6, extra_length=5)
     np.testing.assert_array_equal(served["target_ids"].numpy(), keras_result.ids[:, 0].numpy())
     np.testing.assert_allclose(served["scores"], keras_result.scores[:, 0], atol=1e-5)
+
+
+TFLITE_SOURCE = 16  # the test model's max_length is 24: 16 source + 6 extra target positions
+
+
+def tflite_runner(path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Interpreter(model_path=str(path)).get_signature_runner("translate")
+
+
+def padded_sources(translator, sentences):
+    rows = [ids[: TFLITE_SOURCE - 1] + [2] for ids in translator.encode_sentences(sentences)]
+    return [np.array([row + [0] * (TFLITE_SOURCE - len(row))], np.int32) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def tflite_float(run_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tflite") / "m30k-ende.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(path)]
+    cli.main(["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"])
+    return path
+
+
+def test_tflite_translates_real_sentences_as_the_saved_model(
+    tflite_float, exported, translator, multi30k_dir
+):
+    runner = tflite_runner(tflite_float)
+    serve_ids = tf.saved_model.load(str(exported / "1")).signatures["translate_ids"]
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:6]
+    for source in padded_sources(translator, sentences):
+        lite = runner(source_ids=source)
+        served = serve_ids(
+            source_ids=tf.constant(source),
+            beam_size=tf.constant(4),
+            alpha=tf.constant(0.6),
+            extra_length=tf.constant(6),
+        )
+        np.testing.assert_array_equal(lite["target_ids"], served["target_ids"].numpy())
+        np.testing.assert_allclose(lite["scores"], served["scores"].numpy(), atol=1e-4)
+
+
+def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator, tmp_path):
+    quantized = tmp_path / "quantized.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(quantized)]
+    cli.main(
+        ["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"]
+        + ["--quantize", "dynamic"]
+    )
+    assert quantized.stat().st_size < 0.6 * tflite_float.stat().st_size
+    source = padded_sources(translator, ["A dog runs on the beach."])[0]
+    target = tflite_runner(quantized)(source_ids=source)["target_ids"]
+    assert target.shape == (1, TFLITE_SOURCE + 6) and target.min() >= 0
+    with pytest.raises(ValueError, match="source_length 40 must be in 2..24"):
+        export_tflite(translator, tmp_path / "x.tflite", source_length=40)
