@@ -16,6 +16,7 @@ from keras_transformer.decoding import beam_decode
 from keras_transformer.export import export_tflite, versions
 from keras_transformer.translator import load_run
 from pipelines.corpus import read_lines
+from pipelines.tokenizer import EOS_ID
 
 # A process that knows only TensorFlow and tensorflow-text (for its ops), like a deployment.
 LOAD_AND_TRANSLATE = """
@@ -123,7 +124,10 @@ def tflite_runner(path):
 
 
 def padded_sources(translator, sentences):
-    rows = [ids[: TFLITE_SOURCE - 1] + [2] for ids in translator.encode_sentences(sentences)]
+    rows = [
+        ids if len(ids) <= TFLITE_SOURCE else ids[: TFLITE_SOURCE - 1] + [EOS_ID]
+        for ids in translator.encode_sentences(sentences)
+    ]
     return [np.array([row + [0] * (TFLITE_SOURCE - len(row))], np.int32) for row in rows]
 
 
