@@ -121,7 +121,7 @@ def _evaluate(args):
         translator,
         *files[split],
         target,
-        args.output or args.model / "eval",
+        args.output or args.model / "eval" / translator.weights_path.name.split(".")[0],
         beam_size=args.beam,
         alpha=args.alpha,
         extra_length=args.extra_length,
@@ -206,7 +206,9 @@ def _add_decoding(commands):
     _add_search_arguments(evaluate)
     evaluate.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     evaluate.add_argument("--split", default="test_2016_flickr")
-    evaluate.add_argument("--output", type=Path, help="directory for hypotheses and scores")
+    evaluate.add_argument(
+        "--output", type=Path, help="directory for hypotheses and scores (default RUN/eval/WEIGHTS)"
+    )
     evaluate.set_defaults(run=_evaluate)
 
     export = commands.add_parser(

@@ -47,6 +47,7 @@ class Translator:
     def __init__(self, model: Transformer, tokenizer: SubwordTokenizer, jit_compile=False):
         self.model = model
         self.tokenizer = tokenizer
+        self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
         self._greedy = tf.function(self._greedy_ids, jit_compile=jit_compile)
         self._beam = tf.function(self._beam_ids, jit_compile=jit_compile)
@@ -155,4 +156,6 @@ def load_run(run_dir, weights=None, jit_compile=False) -> Translator:
     weights = Path(weights) if weights else run_weights(run_dir)
     load_weights_checked(model, weights)
     logger.info("loaded %s", weights)
-    return Translator(model, SubwordTokenizer(run_dir / "subwords.model"), jit_compile)
+    translator = Translator(model, SubwordTokenizer(run_dir / "subwords.model"), jit_compile)
+    translator.weights_path = weights
+    return translator
