@@ -49,6 +49,16 @@ def run_dir(tmp_path_factory, multi30k_dir):
     return directory
 
 
+@pytest.fixture(scope="session")
+def exported(run_dir, tmp_path_factory):
+    """`run_dir` exported by the CLI as version 1 of a SavedModel base path."""
+    from keras_transformer import cli
+
+    base = tmp_path_factory.mktemp("saved_models") / "m30k-ende"
+    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
+    return base
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)

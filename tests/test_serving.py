@@ -16,7 +16,6 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from keras_transformer import cli
 from keras_transformer.serving import ModelServer, ServedModel
 from keras_transformer.translator import load_run
 
@@ -35,11 +34,9 @@ def expected(run_dir):
 
 
 @pytest.fixture(scope="module")
-def server(run_dir, tmp_path_factory):
-    base = tmp_path_factory.mktemp("serving") / NAME
-    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
+def server(exported):
     server = ModelServer(
-        ServedModel(NAME, base), rest_port=0, grpc_port=0, max_body_bytes=64 * 1024
+        ServedModel(NAME, exported), rest_port=0, grpc_port=0, max_body_bytes=64 * 1024
     ).start()
     yield server
     server.stop()
