@@ -39,16 +39,20 @@ class TokenThroughput(keras.callbacks.Callback):
     """
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start, self._tokens = time.perf_counter(), 0.0
+        self._start, self._rate = time.perf_counter(), None
 
     def on_train_batch_end(self, batch, logs=None):
         if logs is None or "target_tokens" not in logs:
             return
         elapsed = time.perf_counter() - self._start
-        logs["target_tokens_per_s"] = float(logs["target_tokens"]) / max(elapsed, 1e-9)
+        self._rate = float(logs["target_tokens"]) / max(elapsed, 1e-9)
+        logs["target_tokens_per_s"] = self._rate
 
     def on_epoch_end(self, epoch, logs=None):
-        self.on_train_batch_end(None, logs)
+        # The epoch's training rate as of its last batch: by now Keras has reset `target_tokens`
+        # for validation, and the validation time is not training time.
+        if logs is not None and self._rate is not None:
+            logs["target_tokens_per_s"] = self._rate
 
 
 class MetricsJsonl(keras.callbacks.Callback):
