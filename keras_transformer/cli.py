@@ -200,7 +200,7 @@ def _add_decoding(commands):
     _add_search_arguments(translate)
     translate.add_argument("--input", type=Path, help="text file (plain or .gz); default stdin")
     translate.add_argument("--output", type=Path, help="default stdout")
-    translate.set_defaults(run=_translate)
+    translate.set_defaults(handler=_translate)
 
     evaluate = commands.add_parser("evaluate", help="sacreBLEU, chrF and tokenized BLEU of a split")
     _add_search_arguments(evaluate)
@@ -209,7 +209,7 @@ def _add_decoding(commands):
     evaluate.add_argument(
         "--output", type=Path, help="directory for hypotheses and scores (default RUN/eval/WEIGHTS)"
     )
-    evaluate.set_defaults(run=_evaluate)
+    evaluate.set_defaults(handler=_evaluate)
 
     export = commands.add_parser(
         "export", help="SavedModel for TF Serving (<output>/<next version>/), or TFLite"
@@ -226,7 +226,7 @@ def _add_decoding(commands):
     tflite.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily")
     tflite.add_argument("--alpha", type=float, default=0.6)
     tflite.add_argument("--extra-length", type=int, default=50)
-    export.set_defaults(run=_export)
+    export.set_defaults(handler=_export)
 
     serve = commands.add_parser(
         "serve", help="TF-Serving-compatible REST and gRPC endpoint over an export base path"
@@ -237,7 +237,7 @@ def _add_decoding(commands):
     serve.add_argument("--grpc-port", type=int, default=8500)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
-    serve.set_defaults(run=_serve)
+    serve.set_defaults(handler=_serve)
 
     attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")
     attention.add_argument("--model", type=Path, required=True, help="training run directory")
@@ -245,7 +245,7 @@ def _add_decoding(commands):
     attention.add_argument("--sentence", required=True)
     attention.add_argument("--layer", type=int, default=-1, help="layer index (default: last)")
     attention.add_argument("--output", type=Path, default=Path("attention.png"))
-    attention.set_defaults(run=_attention)
+    attention.set_defaults(handler=_attention)
 
 
 def _add_train(commands):
@@ -280,7 +280,7 @@ def _add_train(commands):
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
     )
-    train.set_defaults(run=_train)
+    train.set_defaults(handler=_train)
 
 
 def _add_average(commands):
@@ -288,7 +288,7 @@ def _add_average(commands):
     average.add_argument("run", type=Path, help="run directory")
     average.add_argument("--last", type=int, default=5)
     average.add_argument("--output", type=Path)
-    average.set_defaults(run=_average)
+    average.set_defaults(handler=_average)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,10 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
         "params", help="parameter counts of base, big and every Table 3 row beside the paper's"
     )
     params.add_argument("--vocab-size", type=int, default=37000, help="shared vocabulary size")
-    params.set_defaults(run=_params)
+    params.set_defaults(handler=_params)
 
     presets = commands.add_parser("presets", help="list the configuration presets")
-    presets.set_defaults(run=_presets)
+    presets.set_defaults(handler=_presets)
     _add_train(commands)
     _add_average(commands)
     _add_decoding(commands)
@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    args.run(args)
+    args.handler(args)
     return 0
 
 

@@ -1,6 +1,7 @@
 """Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
 
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -105,3 +106,15 @@ def test_tokenizer_pieces_name_the_subwords(run_dir):
     tokenizer = SubwordTokenizer(run_dir / "subwords.model")
     ids = tokenizer.tokenize(tf.constant(["A dog."])).to_list()[0]
     assert "".join(tokenizer.pieces(ids)).replace("▁", " ").strip() == "A dog."
+
+
+def test_average_command_writes_the_weights_translation_then_uses(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)  # the shared run directory must keep its single weights file
+    (run / "checkpoints").mkdir()
+    for step in (100, 200, 300):
+        shutil.copy(run / "model.weights.h5", run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
+    cli.main(["average", str(run), "--last", "2"])
+    averaged = run / "averaged-last2.weights.h5"
+    assert averaged.is_file()
+    assert load_run(run).weights_path == averaged
