@@ -24,7 +24,7 @@ DEMO_MINUTES ?= 6
 demo: install
 	$(PYTHON) -m keras_transformer train --preset small --data-dir $(DATA_DIR) --output $(DEMO_RUN) \
 		--set residual_dropout=0.2 --set warmup_steps=300 --batch-tokens 2048 \
-		--max-minutes $(DEMO_MINUTES) --checkpoint-every 50 --bleu-every 0 --log-every 20
+		--max-minutes $(DEMO_MINUTES) --checkpoint-every 25 --bleu-every 0 --log-every 20
 	$(PYTHON) -m keras_transformer average $(DEMO_RUN) --last 3
 	$(PYTHON) -m keras_transformer evaluate --model $(DEMO_RUN) --data-dir $(DATA_DIR) \
 		--split test_2016_flickr --beam 4 --alpha 0.6
