@@ -313,14 +313,20 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         response.model_spec.version.value = self.model.version
         response.model_spec.signature_name = request.model_spec.signature_name
 
-    def Predict(self, request, context):
+    def _serve(self, request, context, work):
+        """Runs `work()` after checking the model spec; a `ServingError` aborts the RPC."""
+        spec = request.model_spec
         try:
-            spec = request.model_spec
             self.model.check(spec.name, spec.version.value if spec.HasField("version") else None)
-            inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            outputs = self.model.predict(spec.signature_name, inputs)
+            return work()
         except ServingError as error:
             context.abort(_GRPC_CODES.get(error.status, grpc.StatusCode.UNKNOWN), str(error))
+
+    def Predict(self, request, context):
+        inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        outputs = self._serve(
+            request, context, lambda: self.model.predict(request.model_spec.signature_name, inputs)
+        )
         response = predict_pb2.PredictResponse()
         self._spec(response, request)
         wanted = set(request.output_filter) or set(outputs)
@@ -329,11 +335,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
     def GetModelMetadata(self, request, context):
-        try:
-            spec = request.model_spec
-            self.model.check(spec.name, spec.version.value if spec.HasField("version") else None)
-        except ServingError as error:
-            context.abort(_GRPC_CODES.get(error.status, grpc.StatusCode.UNKNOWN), str(error))
+        self._serve(request, context, lambda: None)
         if list(request.metadata_field) != ["signature_def"]:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "metadata_field must be ['signature_def']"
