@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from throughput import common, workload_config
+from workload import common, workload_config
 
 from keras_transformer import Transformer
 from keras_transformer.decoding import beam_decode, greedy_decode

@@ -1,62 +1,26 @@
-"""Training throughput of our Transformer on the peers' workload (../shared/peers/README.md).
+"""Training and decoding throughput of our Transformer on the peers' workload.
 
 Same model sizes, batch (64 × 24+24 tokens, vocabulary 8000, tied), label-smoothed loss, Adam
 with a constant 1e-4, and timing protocol (1 compile step, 3 warm-up steps, 3 repetitions of N
-timed steps, median) as the peer scripts, whose `common.py` this imports. Prints one JSON line
-with train tokens/s and model FLOPs utilisation against the matmul ceiling measured in the same
-process.
+timed steps, median) as the peer scripts (../shared/peers/README.md). For `small` it also
+decodes the peers' batch (32 sources of 24 ids, exactly 24 new tokens) greedily and with beam 4,
+both with the decoding cache. Prints one JSON line in the peers' format (their `report.py`
+tabulates it) with train tokens/s and model FLOPs utilisation against the matmul ceiling
+measured in the same process.
 
     .venv/bin/python benchmarks/throughput.py --size small [--no-jit] [--out results.jsonl]
 """
 
 import argparse
-import os
-import sys
 import time
-from pathlib import Path
 
-PEERS = Path(
-    os.environ.get("KT_PEERS_DIR", Path(__file__).resolve().parents[2] / "shared" / "peers")
-)
-sys.path.insert(0, str(PEERS))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import keras
+import tensorflow as tf
+from decoding import measure
+from workload import common, matmul_ceiling_gflops, workload_config
 
-import common  # noqa: E402  (the peers' workload definition)
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from keras_transformer import Transformer, TransformerConfig  # noqa: E402
-from keras_transformer.losses import LabelSmoothedCrossEntropy  # noqa: E402
-
-
-def workload_config(size: str) -> TransformerConfig:
-    sizes = common.SIZES[size]
-    assert sizes["enc_layers"] == sizes["dec_layers"]
-    return TransformerConfig.preset(
-        "base",
-        vocab_size=common.VOCAB,
-        num_layers=sizes["enc_layers"],
-        d_model=sizes["d_model"],
-        d_ff=sizes["d_ff"],
-        num_heads=sizes["heads"],
-        residual_dropout=common.DROPOUT,
-        label_smoothing=common.LABEL_SMOOTHING,
-    )
-
-
-def matmul_ceiling_gflops(n=2048, repeats=10) -> float:
-    """fp32 n×n matmul under XLA, best median as in peers/matmul_ceiling.py."""
-    a = tf.random.normal((n, n))
-    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
-    for _ in range(3):
-        matmul(a, a).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a, a)[0, 0].numpy()
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / float(np.median(times)) / 1e9
+from keras_transformer import Transformer
+from keras_transformer.losses import LabelSmoothedCrossEntropy
 
 
 class StepClock(keras.callbacks.Callback):
@@ -92,6 +56,17 @@ def train_throughput(size: str, jit_compile: bool, steps: int) -> dict:
     return common.train_result(size, warm, times, steps)
 
 
+def decode_throughput(jit_compile: bool) -> dict:
+    """Greedy and beam-4 cached decoding of the peers' batch with the `small` model."""
+    tf.keras.utils.set_random_seed(common.SEED)
+    model = Transformer(workload_config("small"))
+    records = {}
+    for key, beam in (("decode", 1), ("decode_beam4", 4)):
+        result = measure(model, common.DEC_BATCH, beam, cached=True, jit_compile=jit_compile)
+        records[key] = {**result, "kv_cache": True}
+    return records
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(common.SIZES), default="small")
@@ -103,13 +78,14 @@ def main():
     ceiling = matmul_ceiling_gflops()
     train = train_throughput(args.size, args.jit, args.steps or common.TRAIN_STEPS[args.size])
     train["mfu_percent"] = round(100 * train["achieved_gflops"] / ceiling, 1)
-    record = common.base_record(
-        "keras_transformer",
-        "jit" if args.jit else "no_jit",
-        args.size,
-        {"matmul_ceiling_gflops_tf_xla": round(ceiling, 1), "train": train},
+    train["effective_jit_compile"] = args.jit
+    record = {"matmul_ceiling_gflops_tf_xla": round(ceiling, 1), "train": train}
+    if args.size == "small":
+        record.update(decode_throughput(args.jit))
+    common.emit(
+        common.base_record("keras_transformer", "jit" if args.jit else "no_jit", args.size, record),
+        args.out,
     )
-    common.emit(record, args.out)
 
 
 if __name__ == "__main__":

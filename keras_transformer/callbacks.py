@@ -4,8 +4,8 @@
 - `MetricsJsonl` appends every logged value to `metrics.jsonl` with the step and wall time.
 - `RollingCheckpoints` writes `ckpt-<step>.weights.h5` every N steps or minutes, keeping the last
   K: the files that checkpoint averaging reads (§6.1 averages the last 5 or 20).
-- `ValidationBleu` greedy-decodes a fixed slice of the validation split every K steps and logs
-  sacreBLEU and chrF to TensorBoard and `metrics.jsonl`.
+- `ValidationScores` greedy-decodes a fixed slice of the validation split every K steps and logs
+  its scores (sacreBLEU and chrF, or parsing F1) to TensorBoard and `metrics.jsonl`.
 - `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget.
 - `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
   restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
@@ -53,6 +53,43 @@ class TokenThroughput(keras.callbacks.Callback):
         # for validation, and the validation time is not training time.
         if logs is not None and self._rate is not None:
             logs["target_tokens_per_s"] = self._rate
+
+
+class TraceCounter(keras.callbacks.Callback):
+    """Puts `train_traces`, how often the training step has been traced, into the epoch logs.
+
+    A trace builds the step's graph (under XLA a compilation follows). With fixed bucket
+    shapes the count stops growing after the first epoch; growth later means retracing,
+    which costs seconds a batch, and is logged as a warning.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.traces = 0
+        self._count_after_epoch = None
+
+    def on_train_begin(self, logs=None):
+        self._train_step = train_step = self.model.train_step
+
+        def counted_train_step(data):
+            self.traces += 1  # Python code in a traced function runs once per trace
+            return train_step(data)
+
+        self.model.train_step = counted_train_step
+        # fit made its train function from the unwrapped step already; nothing is traced yet.
+        self.model.make_train_function(force=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._count_after_epoch is not None and self.traces > self._count_after_epoch:
+            logger.warning(
+                "the training step was retraced in epoch %d (%d traces in all)", epoch, self.traces
+            )
+        self._count_after_epoch = self.traces
+        if logs is not None:
+            logs["train_traces"] = self.traces
+
+    def on_train_end(self, logs=None):
+        self.model.train_step = self._train_step
 
 
 class MetricsJsonl(keras.callbacks.Callback):
@@ -128,28 +165,42 @@ def list_checkpoints(directory) -> list[Path]:
     return sorted(files, key=lambda p: int(CHECKPOINT_PATTERN.search(p.name).group(1)))
 
 
-class ValidationBleu(keras.callbacks.Callback):
-    """sacreBLEU of greedy translations of fixed validation sentences, every `every_steps` steps.
+class ValidationScores(keras.callbacks.Callback):
+    """Scores of greedy outputs for fixed validation sentences, every `every_steps` steps.
 
     Args:
         tokenizer: the run's `SubwordTokenizer`.
         sources, references: the validation slice (lists of str).
-        target_language: for the tokenized BLEU's Moses tokenizer.
+        score: `(sources, hypotheses, references) -> dict`; its float values are logged with a
+            "val_" prefix (an `evaluation.Task`'s: sacreBLEU, chrF, ...; or parsing F1, ...).
         every_steps: evaluation period in optimizer steps (and once at the end of training).
-        log_dir: TensorBoard directory; scalars go to its `bleu/` run.
-        metrics: the run's `MetricsJsonl`, which gets `kind: "bleu"` lines.
+        log_dir: TensorBoard directory; scalars go to its `<kind>/` run.
+        metrics: the run's `MetricsJsonl`, which gets `kind: <kind>` lines.
+        kind: names the records, "bleu" or "parsing".
+        extra_length: the search's output budget beyond the input length.
     """
 
     def __init__(
-        self, tokenizer, sources, references, target_language, every_steps, log_dir, metrics
+        self,
+        tokenizer,
+        sources,
+        references,
+        score,
+        every_steps,
+        log_dir,
+        metrics,
+        kind,
+        extra_length,
     ):
         super().__init__()
         self.tokenizer = tokenizer
         self.sources, self.references = sources, references
-        self.target_language = target_language
+        self.score = score
         self.every_steps = every_steps
         self.log_dir = Path(log_dir)
         self.metrics = metrics
+        self.kind = kind
+        self.extra_length = extra_length
         self._translator = None
         self._last_step = None
 
@@ -163,7 +214,6 @@ class ValidationBleu(keras.callbacks.Callback):
     def evaluate(self):
         import tensorflow as tf
 
-        from keras_transformer.evaluation import corpus_scores
         from keras_transformer.translator import Translator
 
         step = _step(self.model)
@@ -173,25 +223,21 @@ class ValidationBleu(keras.callbacks.Callback):
         if self._translator is None:  # one translator, so its traced search is reused
             self._translator = Translator(self.model, self.tokenizer)
         start = time.perf_counter()
-        hypotheses = self._translator.translate(self.sources, beam_size=1, progress=False)
-        scores = corpus_scores(hypotheses, self.references, self.target_language)
-        scores = {
-            "val_bleu": scores["bleu"],
-            "val_chrf": scores["chrf"],
-            "val_bleu_tokenized_lowercase": scores["bleu_tokenized_lowercase"],
-            "val_bleu_seconds": time.perf_counter() - start,
-        }
-        self.metrics.write("bleu", scores)
-        with tf.summary.create_file_writer(str(self.log_dir / "bleu")).as_default(step=step):
+        hypotheses = self._translator.translate(
+            self.sources, beam_size=1, extra_length=self.extra_length, progress=False
+        )
+        scores = self.score(self.sources, hypotheses, self.references)
+        scores = {f"val_{k}": v for k, v in scores.items() if isinstance(v, float)}
+        scores[f"val_{self.kind}_seconds"] = time.perf_counter() - start
+        self.metrics.write(self.kind, scores)
+        with tf.summary.create_file_writer(str(self.log_dir / self.kind)).as_default(step=step):
             for name, value in scores.items():
                 tf.summary.scalar(name, value)
         logger.info(
-            "step %d: greedy val sacreBLEU %.2f, chrF %.2f on %d sentences (%.1f s)",
+            "step %d: greedy validation on %d sentences: %s",
             step,
-            scores["val_bleu"],
-            scores["val_chrf"],
             len(self.sources),
-            scores["val_bleu_seconds"],
+            ", ".join(f"{k} {v:.2f}" for k, v in scores.items()),
         )
 
 

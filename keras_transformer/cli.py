@@ -34,15 +34,18 @@ def _train(args):
         from keras_transformer.distribution import configure_logical_cpus
 
         configure_logical_cpus(args.devices)
+    from pipelines.datasets import default_languages
+
     config = TransformerConfig.preset(args.preset).with_overrides(args.set)
     if args.batch_tokens:
         config = config.replace(batch_tokens=args.batch_tokens)
+    source, target = default_languages(args.dataset)
     run = TrainingRun(
         output=args.output,
         data_dir=args.data_dir,
         dataset=args.dataset,
-        source_language=args.src,
-        target_language=args.tgt,
+        source_language=args.src or source,
+        target_language=args.tgt or target,
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
         epochs=args.epochs,
@@ -73,14 +76,29 @@ def _average(args):
     print(f"averaged {[p.name for p in used]} into {output}")
 
 
+def _run_settings(run_dir) -> dict:
+    """The run's run.json (dataset, languages, data directory), or {} where it has none."""
+    import json
+
+    path = run_dir / "run.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _search(args, defaults) -> dict:
+    """The search of `args`, a `Task`'s defaults where an option is not given."""
+    given = {"beam_size": args.beam, "alpha": args.alpha, "extra_length": args.extra_length}
+    return {name: defaults[name] if value is None else value for name, value in given.items()}
+
+
 def _translate(args):
+    from keras_transformer.evaluation import task
     from keras_transformer.translator import load_run
 
+    run = _run_settings(args.model)
+    scoring = task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
     translator = load_run(args.model, args.weights, args.jit_compile)
     lines = _read_input(args.input)
-    translations = translator.translate(
-        lines, beam_size=args.beam, alpha=args.alpha, extra_length=args.extra_length
-    )
+    translations = translator.translate(lines, **_search(args, scoring.search))
     text = "".join(t + "\n" for t in translations)
     if args.output:
         args.output.write_text(text, encoding="utf-8")
@@ -104,33 +122,35 @@ def _read_input(path):
 
 
 def _evaluate(args):
-    import json
-
-    from keras_transformer.evaluation import evaluate_corpus
+    from keras_transformer.evaluation import evaluate_corpus, task
     from keras_transformer.translator import load_run
     from pipelines import corpus_files
+    from pipelines.datasets import default_split
 
-    run = json.loads((args.model / "run.json").read_text())
+    run = _run_settings(args.model)
+    if not run:
+        raise SystemExit(f"{args.model / 'run.json'} not found: is {args.model} a training run?")
+    dataset = run.get("dataset", "multi30k")
+    if args.dataset and args.dataset != dataset:
+        raise SystemExit(f"{args.model} was trained on {dataset!r}, not {args.dataset!r}")
     source, target = run["source_language"], run["target_language"]
-    split = "validation" if args.split == "val" else args.split
-    files = corpus_files(run.get("dataset", "multi30k"), args.data_dir, source, target)
+    split = args.split or default_split(dataset)
+    split = "validation" if split == "val" else split
+    data_dir = args.data_dir or Path(run.get("data_dir", DEFAULT_DATA_DIR))
+    files = corpus_files(dataset, data_dir, source, target)
     if split not in files:
-        raise SystemExit(f"unknown split {args.split!r}; splits: {sorted(files)}")
+        raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
+    scoring = task(dataset, target)
+    search = _search(args, scoring.search)
     translator = load_run(args.model, args.weights, args.jit_compile)
     scores = evaluate_corpus(
         translator,
         *files[split],
-        target,
         args.output or args.model / "eval" / translator.weights_path.name.split(".")[0],
-        beam_size=args.beam,
-        alpha=args.alpha,
-        extra_length=args.extra_length,
+        scoring.score,
+        **search,
     )
-    print(
-        f"{split} {source}->{target} beam {args.beam}: sacreBLEU {scores['bleu']:.2f} "
-        f"({scores['bleu_signature']}), chrF {scores['chrf']:.2f}, "
-        f"tokenized lowercased BLEU {scores['bleu_tokenized_lowercase']:.2f}"
-    )
+    print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
 
 
 def _attention(args):
@@ -140,6 +160,13 @@ def _attention(args):
     translator = load_run(args.model, args.weights)
     translation = plot_attention(translator, args.sentence, args.layer, args.output)
     print(f"{args.sentence} -> {translation}\nwrote {args.output}")
+
+
+def _curve(args):
+    from keras_transformer.learning_curve import plot_learning_curve
+
+    output = args.output or args.run / "learning_curve.png"
+    print(f"wrote {plot_learning_curve(args.run / 'metrics.jsonl', output, title=str(args.run))}")
 
 
 def _export(args):
@@ -187,10 +214,16 @@ def _serve(args):
 def _add_search_arguments(parser):
     parser.add_argument("--model", type=Path, required=True, help="training run directory")
     parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty α (§6.1)")
     parser.add_argument(
-        "--extra-length", type=int, default=50, help="max output = input length + this (§6.1)"
+        "--beam", type=int, help="beam size; 1 decodes greedily (default 4; 21 for ptb, §6.3)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, help="length penalty α (default 0.6, §6.1; 0.3 for ptb, §6.3)"
+    )
+    parser.add_argument(
+        "--extra-length",
+        type=int,
+        help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
 
@@ -202,10 +235,15 @@ def _add_decoding(commands):
     translate.add_argument("--output", type=Path, help="default stdout")
     translate.set_defaults(handler=_translate)
 
-    evaluate = commands.add_parser("evaluate", help="sacreBLEU, chrF and tokenized BLEU of a split")
+    evaluate = commands.add_parser(
+        "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a split, or parsing F1 for ptb"
+    )
     _add_search_arguments(evaluate)
-    evaluate.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    evaluate.add_argument("--split", default="test_2016_flickr")
+    evaluate.add_argument("--data-dir", type=Path, help="default: the run's data directory")
+    evaluate.add_argument("--dataset", help="default: the run's; given, it must be the run's")
+    evaluate.add_argument(
+        "--split", help="default: the dataset's test split (test_2016_flickr, or test for ptb)"
+    )
     evaluate.add_argument(
         "--output", type=Path, help="directory for hypotheses and scores (default RUN/eval/WEIGHTS)"
     )
@@ -247,14 +285,19 @@ def _add_decoding(commands):
     attention.add_argument("--output", type=Path, default=Path("attention.png"))
     attention.set_defaults(handler=_attention)
 
+    curve = commands.add_parser("curve", help="plot loss and validation BLEU against minutes")
+    curve.add_argument("run", type=Path, help="training run directory")
+    curve.add_argument("--output", type=Path, help="PNG (default RUN/learning_curve.png)")
+    curve.set_defaults(handler=_curve)
+
 
 def _add_train(commands):
     train = commands.add_parser("train", help="train or resume a run with model.fit")
     train.add_argument("--preset", default="small", choices=sorted(PRESETS))
     train.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    train.add_argument("--dataset", default="multi30k")
-    train.add_argument("--src", default="en", help="source language")
-    train.add_argument("--tgt", default="de", help="target language")
+    train.add_argument("--dataset", default="multi30k", help="multi30k, or ptb for parsing (§6.3)")
+    train.add_argument("--src", help="source language (default: en; words for ptb)")
+    train.add_argument("--tgt", help="target language (default: de; tree for ptb)")
     train.add_argument("--output", type=Path, required=True, help="run directory")
     train.add_argument("--batch-tokens", type=int, help="tokens per batch and side (§5.1)")
     train.add_argument("--max-steps", type=int)
@@ -272,9 +315,14 @@ def _add_train(commands):
         "--log-every", type=int, default=50, help="steps between metrics.jsonl lines"
     )
     train.add_argument(
-        "--bleu-every", type=int, default=1000, help="steps between greedy val BLEU (0: never)"
+        "--bleu-every",
+        type=int,
+        default=1000,
+        help="steps between greedy validation BLEU, or F1 for ptb (0: never)",
     )
-    train.add_argument("--bleu-sentences", type=int, default=200, help="val sentences for BLEU")
+    train.add_argument(
+        "--bleu-sentences", type=int, default=200, help="validation sentences to score"
+    )
     train.add_argument("--seed", type=int, default=1234)
     train.add_argument("--deterministic", action="store_true", help="deterministic TF ops")
     train.add_argument(

@@ -1,9 +1,14 @@
-"""BLEU as §6.1 reports it, in the two forms in use today.
+"""Scoring a split: BLEU as §6.1 reports it, or parsing F1 (§6.3) for the parsing dataset.
+
+BLEU comes in the two forms in use today:
 
 - sacreBLEU on detokenized, cased text with its standard 13a tokenization, and its signature,
   so that the number can be reproduced (Post, 2018); chrF beside it.
 - BLEU on lowercased, Moses-tokenized text (sacremoses, then sacreBLEU with `tokenize="none"`):
   the `multi-bleu.perl` style that published Multi30k results use.
+
+`task` says for a dataset how its outputs are searched for and scored: translation's §6.1 search
+and BLEU, or for "ptb" §6.3's search and `keras_transformer.parsing.parse_scores`.
 
 Example:
 >>> scores = corpus_scores(["Ein Hund rennt."], ["Ein Hund rennt."], "de")
@@ -11,9 +16,11 @@ Example:
 (100.00000000000004, 100.00000000000004)
 """
 
+import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -46,13 +53,53 @@ def corpus_scores(hypotheses, references, target_language) -> dict:
     }
 
 
-def evaluate_corpus(translator, source_path, target_path, target_language, output_dir, **search):
-    """Translates a split, scores it, and writes `<stem>.hyp` and `<stem>.scores.json`.
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """How the outputs of a dataset's model are decoded and scored.
+
+    Attributes:
+        name: "bleu" or "parsing"; names the validation records of a training run.
+        score: `(sources, hypotheses, references) -> dict` of scores (floats are the metrics).
+        search: default `beam_size`, `alpha` and `extra_length` of the search.
+        summary: `scores -> str`, one line for people.
+    """
+
+    name: str
+    score: Callable[[list[str], list[str], list[str]], dict]
+    search: dict
+    summary: Callable[[dict], str]
+
+
+def task(dataset: str, target_language: str) -> Task:
+    """Parsing (§6.3) for the "ptb" dataset, translation (§6.1) for any other."""
+    if dataset == "ptb":
+        from keras_transformer import parsing
+
+        return Task("parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary)
+    from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH
+
+    def score(sources, hypotheses, references):
+        return corpus_scores(hypotheses, references, target_language)
+
+    search = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
+    return Task("bleu", score, search, bleu_summary)
+
+
+def bleu_summary(scores) -> str:
+    return (
+        f"sacreBLEU {scores['bleu']:.2f} ({scores['bleu_signature']}), chrF {scores['chrf']:.2f}, "
+        f"tokenized lowercased BLEU {scores['bleu_tokenized_lowercase']:.2f}"
+    )
+
+
+def evaluate_corpus(translator, source_path, target_path, output_dir, score, **search):
+    """Decodes a split, scores it, and writes `<stem>.hyp` and `<stem>.scores.json`.
 
     Args:
         translator: a `Translator`.
         source_path, target_path: the aligned split files (plain or .gz).
         output_dir: where hypotheses and scores go; the file stem names split and search.
+        score: `(sources, hypotheses, references) -> dict`, a `Task`'s.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
     from pipelines.corpus import read_lines
@@ -65,7 +112,7 @@ def evaluate_corpus(translator, source_path, target_path, target_language, outpu
     start = time.perf_counter()
     hypotheses = translator.translate(sources, **search)
     seconds = time.perf_counter() - start
-    scores = corpus_scores(hypotheses, references, target_language)
+    scores = score(sources, hypotheses, references)
     scores.update(search, source=str(source_path), decode_seconds=round(seconds, 2))
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 from pipelines.batching import bucket_by_token_budget, padding_efficiency
 from pipelines.corpus import CorpusError, ParallelCorpus, read_parallel_corpus
-from pipelines.multi30k import Multi30k, corpus_files
+from pipelines.datasets import DATASETS, corpus_files
+from pipelines.multi30k import Multi30k
+from pipelines.ptb import PennTreebankSample
 from pipelines.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -20,9 +22,11 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
+    "DATASETS",
     "CorpusError",
     "Multi30k",
     "ParallelCorpus",
+    "PennTreebankSample",
     "SubwordTokenizer",
     "bucket_by_token_budget",
     "corpus_files",

@@ -17,10 +17,8 @@ SPLIT_FILES = {"train": "train", "validation": "val", "test_2016_flickr": "test_
 LANGUAGES = ("en", "de", "fr", "cs")
 
 
-def corpus_files(dataset, data_dir, source_language, target_language):
-    """`{split: (source_path, target_path)}` for `dataset`; errors name a missing path."""
-    if dataset != "multi30k":
-        raise CorpusError(f"unknown dataset {dataset!r}; this trainer reads 'multi30k'")
+def corpus_files(data_dir, source_language, target_language):
+    """`{split: (source_path, target_path)}` of one language pair; errors name a missing path."""
     for language in (source_language, target_language):
         if language not in LANGUAGES:
             raise CorpusError(f"Multi30k has no language {language!r}; it has {LANGUAGES}")
@@ -83,9 +81,7 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         config = self.builder_config
         if dl_manager.manual_dir and Path(dl_manager.manual_dir).is_dir():
             directory = Path(dl_manager.manual_dir)
-            files = corpus_files(
-                "multi30k", directory, config.source_language, config.target_language
-            )
+            files = corpus_files(directory, config.source_language, config.target_language)
         else:
             names = [
                 f"{stem}.{lang}.gz"

@@ -9,6 +9,7 @@ source = tokens + [EOS], target_in = [BOS] + tokens, target_out = tokens + [EOS]
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from pipelines.batching import bucket_by_token_budget, filter_max_length, pair_length
@@ -54,7 +55,8 @@ def make_translation_dataset(
     shard_index=0,
     repeat=False,
     deterministic=None,
-    bucket_width=1,
+    boundaries=None,
+    pad_batches=False,
 ):
     """Bucketed, padded batches of a parallel corpus (see the module docstring).
 
@@ -68,7 +70,8 @@ def make_translation_dataset(
         num_shards, shard_index: this input pipeline's share of the pairs (distributed input).
         repeat: repeat forever, reshuffling each pass; batches are then always full.
         deterministic: keep element order under parallel maps (default: when `seed` is set).
-        bucket_width: length step of the short buckets (see `bucket_by_token_budget`).
+        boundaries, pad_batches: the length buckets and whether a finite pass pads its last
+            batches to full size (see `bucket_by_token_budget`); fixed shapes for XLA.
     """
     corpus = read_parallel_corpus(source_path, target_path)
     dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
@@ -80,7 +83,7 @@ def make_translation_dataset(
     dataset = (
         dataset.apply(tokenize_pairs(tokenizer))
         .apply(filter_max_length(max_length))
-        .apply(bucket_by_token_budget(batch_tokens, max_length, bucket_width))
+        .apply(bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches))
     )
     options = tf.data.Options()
     options.deterministic = seed is not None if deterministic is None else deterministic
@@ -89,9 +92,14 @@ def make_translation_dataset(
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def count_over_length(source_path, target_path, tokenizer, max_length) -> int:
-    """Pairs that `make_translation_dataset` drops for exceeding `max_length`."""
+def pair_lengths(source_path, target_path, tokenizer) -> np.ndarray:
+    """The bucketing length (longer side, with BOS/EOS) of every pair of a corpus."""
     corpus = read_parallel_corpus(source_path, target_path)
     dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
     lengths = dataset.apply(tokenize_pairs(tokenizer)).map(lambda x, y: pair_length(*x))
-    return int(lengths.reduce(0, lambda n, length: n + tf.cast(length > max_length, tf.int32)))
+    return np.fromiter(lengths.as_numpy_iterator(), dtype=np.int64, count=len(corpus))
+
+
+def count_over_length(source_path, target_path, tokenizer, max_length) -> int:
+    """Pairs that `make_translation_dataset` drops for exceeding `max_length`."""
+    return int(np.sum(pair_lengths(source_path, target_path, tokenizer) > max_length))

@@ -15,7 +15,8 @@ from keras_transformer import Transformer, TransformerConfig  # noqa: E402
 from keras_transformer.distribution import configure_logical_cpus  # noqa: E402
 from pipelines import train_sentencepiece  # noqa: E402
 from pipelines.corpus import read_lines  # noqa: E402
-from repo_paths import MULTI30K_DIR  # noqa: E402
+from pipelines.ptb import split_treebank  # noqa: E402
+from repo_paths import MULTI30K_DIR, PTB_DIR  # noqa: E402
 
 # 8 logical CPU devices, as the paper's 8 GPUs, for the MirroredStrategy tests. This must happen
 # before TensorFlow initialises its devices, hence at import of the conftest.
@@ -28,6 +29,20 @@ def multi30k_dir() -> Path:
     if not MULTI30K_DIR.is_dir():
         pytest.fail(f"Multi30k data not found at {MULTI30K_DIR}; set KT_DATA_DIR")
     return MULTI30K_DIR
+
+
+@pytest.fixture(scope="session")
+def ptb_dir() -> Path:
+    """`../shared/data/ptb_sample` (NLTK's treebank.zip) beside the checkout, or $KT_PTB_DIR."""
+    if not (PTB_DIR / "treebank.zip").is_file():
+        pytest.fail(f"the Penn Treebank sample is not at {PTB_DIR}/treebank.zip; set KT_PTB_DIR")
+    return PTB_DIR
+
+
+@pytest.fixture(scope="session")
+def ptb_splits(ptb_dir):
+    """The preprocessed trees of each split (read once: NLTK's reader takes seconds)."""
+    return split_treebank(ptb_dir)
 
 
 @pytest.fixture(scope="session")

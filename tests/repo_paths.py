@@ -11,3 +11,4 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MULTI30K_DIR = Path(
     os.environ.get("KT_DATA_DIR", REPO_ROOT.parent / "shared" / "data" / "multi30k")
 )
+PTB_DIR = Path(os.environ.get("KT_PTB_DIR", REPO_ROOT.parent / "shared" / "data" / "ptb_sample"))

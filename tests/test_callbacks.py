@@ -17,3 +17,29 @@ def test_epoch_throughput_is_the_training_rate_not_the_validation_count():
     epoch_logs = {"target_tokens": 7.0, "val_target_tokens": 7.0}
     callback.on_epoch_end(0, epoch_logs)
     assert epoch_logs["target_tokens_per_s"] == rate
+
+
+def test_trace_counter_counts_traces_once_per_shape_not_per_batch():
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer.callbacks import TraceCounter
+
+    inputs = keras.Input((None,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs[..., None]))
+    model.compile("sgd", "mse")
+    shapes = [(4, 3), (2, 6)] * 3  # two bucket shapes, three batches each
+    batches = [(np.ones(s, "float32"), np.ones(s + (1,), "float32")) for s in shapes]
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter(batches),
+        output_signature=(
+            tf.TensorSpec((None, None), tf.float32),
+            tf.TensorSpec((None, None, 1), tf.float32),
+        ),
+    )
+    counter = TraceCounter()
+    history = model.fit(dataset, epochs=3, callbacks=[counter], verbose=0)
+    traces = history.history["train_traces"]
+    assert 1 <= traces[0] <= 2 and traces == [traces[0]] * 3
+    assert "train_step" not in vars(model) or model.train_step == counter._train_step

@@ -1,5 +1,7 @@
 """Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
 
+import gzip
+import json
 import logging
 import shutil
 
@@ -71,6 +73,25 @@ def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, tran
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json not found"):
         load_run(tmp_path)
+
+
+def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
+    run_dir, multi30k_dir, tmp_path, capsys
+):
+    data = tmp_path / "data"  # the first lines of each split, as a data directory of its own
+    data.mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        for language in ("en", "de"):
+            name = f"{split}.{language}.gz"
+            with gzip.open(multi30k_dir / name, "rt") as full, gzip.open(data / name, "wt") as part:
+                part.writelines(next(full) for _ in range(4))
+    output = tmp_path / "eval"
+    arguments = ["--model", str(run_dir), "--data-dir", str(data), "--output", str(output)]
+    cli.main(["evaluate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
+    assert capsys.readouterr().out.startswith("test_2016_flickr en->de beam 2: sacreBLEU ")
+    scores = json.loads((output / "test_2016_flickr.beam2.scores.json").read_text())
+    assert (scores["sentences"], scores["alpha"], scores["extra_length"]) == (4, 0.6, EXTRA)
+    assert len((output / "test_2016_flickr.beam2.hyp").read_text().splitlines()) == 4
 
 
 def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():

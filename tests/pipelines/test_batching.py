@@ -1,10 +1,14 @@
 """Token-budget bucketing (§5.1): shapes, budget, efficiency, determinism, sharding."""
 
+import itertools
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
-from pipelines.batching import bucket_boundaries
+from pipelines.batching import bucket_boundaries, fitted_bucket_boundaries
+from pipelines.translation_dataset import pair_lengths
 
 BUDGET = 1024
 MAX_LENGTH = 64
@@ -92,15 +96,38 @@ def test_two_shards_partition_the_pairs(train_slice, tokenizer):
     assert sorted(shard_0 + shard_1) == everything
 
 
-def test_wider_buckets_give_fewer_shapes_within_the_budget(train_slice, tokenizer):
-    def shapes(width):
-        dataset = make_translation_dataset(
-            *train_slice, tokenizer, 2048, MAX_LENGTH, seed=5, bucket_width=width
-        )
-        found = {s.shape for s, _, _ in batches(dataset)}
-        assert all(rows * length <= 2048 for rows, length in found)
-        return {length for _, length in found}
+def test_fitted_buckets_bound_the_shapes_and_pad_batches_fills_every_batch(train_slice, tokenizer):
+    lengths = pair_lengths(*train_slice, tokenizer)
+    boundaries = fitted_bucket_boundaries(lengths[lengths <= MAX_LENGTH], 4, MAX_LENGTH)
+    dataset = make_translation_dataset(
+        *train_slice,
+        tokenizer,
+        2048,
+        MAX_LENGTH,
+        shuffle=False,
+        boundaries=boundaries,
+        pad_batches=True,
+    )
+    shapes, real_rows = set(), 0
+    for source, target_in, target_out in batches(dataset):
+        shapes.add(source.shape)
+        assert source.shape == target_in.shape == target_out.shape
+        real_rows += int(np.sum(source[:, 0] != 0))
+        padded = source[:, 0] == 0
+        assert not target_in[padded].any() and not target_out[padded].any()
+    assert {rows for rows, _ in shapes} == {2048 // (b - 1) for b in boundaries[:-1]}
+    assert {length for _, length in shapes} == {b - 1 for b in boundaries[:-1]}
+    assert real_rows == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
 
-    narrow, wide = shapes(1), shapes(4)
-    assert len(wide) * 2 < len(narrow)
-    assert wide <= {b - 1 for b in bucket_boundaries(MAX_LENGTH, step=4)}
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fitted_buckets_pad_least_among_all_choices(seed):
+    lengths = np.random.default_rng(seed).integers(1, 13, size=40)
+
+    def positions(limits):  # each pair pads to the smallest limit that holds it
+        return sum(min(b for b in limits if b >= length) for length in lengths)
+
+    fitted = fitted_bucket_boundaries(lengths, 3, max_length=12)
+    assert fitted[-1] == 13 and len(fitted) <= 4
+    best = min(positions(limits + (12,)) for limits in itertools.combinations(range(1, 12), 2))
+    assert positions([b - 1 for b in fitted]) == best

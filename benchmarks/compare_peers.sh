@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Ours against the peers users would pick instead (../shared/peers), one after another in one
+# run on this machine: matmul ceilings, keras-transformer, the tensorflow.org-tutorial-style
+# Keras model and keras-hub (both with XLA, their faster mode), and PyTorch nn.Transformer
+# (eager, its faster mode), each on `small` and `base`. Then prints the peers' table and our
+# ratio to the best peer for each figure (benchmarks/peer_ratios.py).
+#
+#   benchmarks/compare_peers.sh [results.jsonl]      # about 30 minutes on 2 cores
+#
+# The peers run in their own virtual environments (created on first use) so that keras-hub
+# and torch never enter the project's .venv. SIZES="small" runs only the small workload.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PEERS=${KT_PEERS_DIR:-../shared/peers}
+SIZES=${SIZES:-small base}
+OUT=${1:-benchmarks/results/peers-$(date -u +%Y-%m-%dT%H%MZ).jsonl}
+TORCH_VENV=${TORCH_VENV:-/tmp/kt-venv-torch}
+HUB_VENV=${HUB_VENV:-/tmp/kt-venv-keras-hub}
+PYTHON=.venv/bin/python
+
+make --silent install
+if [ ! -x "$TORCH_VENV/bin/python" ]; then
+    python3 -m venv "$TORCH_VENV"
+    "$TORCH_VENV/bin/pip" install --quiet torch==2.13.0 numpy
+fi
+if [ ! -x "$HUB_VENV/bin/python" ]; then
+    # The project's pinned TensorFlow/Keras, plus keras-hub without letting it move them.
+    python3 -m venv "$HUB_VENV"
+    "$HUB_VENV/bin/pip" install --quiet -r requirements.txt
+    "$HUB_VENV/bin/pip" install --quiet keras-hub==0.32.0 -c requirements.txt
+fi
+
+mkdir -p "$(dirname "$OUT")"
+run() { echo "== $*" >&2; "$@" --out "$OUT" >/dev/null || echo "FAILED: $*" >&2; }
+run "$PYTHON" "$PEERS/matmul_ceiling.py" --framework tf
+run "$TORCH_VENV/bin/python" "$PEERS/matmul_ceiling.py" --framework torch
+for size in $SIZES; do
+    run "$PYTHON" benchmarks/throughput.py --size "$size"
+    run "$PYTHON" "$PEERS/tf_tutorial_style.py" --size "$size" --jit
+    run "$HUB_VENV/bin/python" "$PEERS/keras_hub_peer.py" --size "$size" --jit
+    run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
+done
+"$PYTHON" benchmarks/peer_ratios.py "$OUT"

@@ -1,0 +1,91 @@
+"""Our figures against the best peer's, from one `compare_peers.sh` results file.
+
+Prints the peers' own table (their `report.py`, which lists our record too) and then, for each
+figure, ours, the best peer's, the ratio and the target of issue 8, with how far a missed
+target is from being met.
+
+    .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-<date>.jsonl
+"""
+
+import json
+import sys
+
+from workload import PEERS
+
+sys.path.insert(0, str(PEERS))
+import report  # noqa: E402  (the peers' table)
+
+OURS = "keras_transformer"
+# (figure, size, record key, value key, which peers count, target ratio)
+FIGURES = [
+    ("training tokens/s", "small", "train", "tokens_per_s", None, 1.2),
+    ("training tokens/s", "base", "train", "tokens_per_s", None, 1.1),
+    (
+        "greedy decoding tokens/s (cached)",
+        "small",
+        "decode",
+        "generated_tokens_per_s",
+        "keras_hub",
+        1.5,
+    ),
+    ("greedy decoding tokens/s", "small", "decode", "generated_tokens_per_s", None, None),
+]
+
+
+def value(record, key, field):
+    part = record.get(key)
+    return part.get(field) if isinstance(part, dict) else None
+
+
+def ratio_rows(records):
+    rows = []
+    for figure, size, key, field, only, target in FIGURES:
+        ours = [
+            value(r, key, field) for r in records if r.get("peer") == OURS and r["size"] == size
+        ]
+        peers = [
+            (value(r, key, field), f"{r['peer']} {r['variant']}")
+            for r in records
+            if r.get("peer") not in (OURS, "matmul_ceiling")
+            and r.get("size") == size
+            and (only is None or r["peer"] == only)
+            and value(r, key, field)
+        ]
+        if not ours or ours[-1] is None or not peers:
+            rows.append(f"| {figure} | {size} | not measured | | | | |")
+            continue
+        best, name = max(peers)
+        ratio = ours[-1] / best
+        verdict = (
+            ""
+            if target is None
+            else ("met" if ratio >= target else f"missed by {target - ratio:.2f}×")
+        )
+        rows.append(
+            f"| {figure} | {size} | {ours[-1]:.0f} | {best:.0f} ({name}) | {ratio:.2f}× | "
+            f"{'' if target is None else f'≥ {target}×'} | {verdict} |"
+        )
+    beam = [
+        value(r, "decode_beam4", "generated_tokens_per_s")
+        for r in records
+        if r.get("peer") == OURS and r["size"] == "small"
+    ]
+    if beam and beam[-1]:
+        rows.append(
+            f"| beam-4 decoding tokens/s (cached, ours only) | small | {beam[-1]:.0f} "
+            "| no peer decodes with beam search | | | |"
+        )
+    return rows
+
+
+def main(path):
+    report.main(path)
+    records = [json.loads(line) for line in open(path) if line.strip()]
+    print()
+    print("| figure | size | ours | best peer | ours / best | target | |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(ratio_rows(records)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,53 @@
+"""The peers' benchmark workload (../shared/peers/README.md) as our configuration.
+
+Imports the peers' `common.py` (their workload definition and timing protocol) from the peers
+directory beside the checkout, or from `KT_PEERS_DIR`.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+PEERS = Path(
+    os.environ.get("KT_PEERS_DIR", Path(__file__).resolve().parents[2] / "shared" / "peers")
+)
+sys.path.insert(0, str(PEERS))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import common  # noqa: E402  (the peers' workload definition)
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import TransformerConfig  # noqa: E402
+
+__all__ = ["common", "matmul_ceiling_gflops", "workload_config"]
+
+
+def workload_config(size: str) -> TransformerConfig:
+    sizes = common.SIZES[size]
+    assert sizes["enc_layers"] == sizes["dec_layers"]
+    return TransformerConfig.preset(
+        "base",
+        vocab_size=common.VOCAB,
+        num_layers=sizes["enc_layers"],
+        d_model=sizes["d_model"],
+        d_ff=sizes["d_ff"],
+        num_heads=sizes["heads"],
+        residual_dropout=common.DROPOUT,
+        label_smoothing=common.LABEL_SMOOTHING,
+    )
+
+
+def matmul_ceiling_gflops(n=2048, repeats=10) -> float:
+    """fp32 n×n matmul under XLA, best median as in peers/matmul_ceiling.py."""
+    a = tf.random.normal((n, n))
+    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
+    for _ in range(3):
+        matmul(a, a).numpy()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, a)[0, 0].numpy()
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / float(np.median(times)) / 1e9

@@ -1,0 +1,49 @@
+"""The corpora the trainer reads, by name: each gives aligned text files per split.
+
+- "multi30k": Multi30k Task 1 translation (`pipelines.multi30k`), "en" to "de", "fr" or "cs";
+  splits train / validation / test_2016_flickr.
+- "ptb": English constituency parsing on NLTK's Penn Treebank sample (`pipelines.ptb`, §6.3),
+  "words" to "tree"; splits train / validation / test.
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+from pipelines import multi30k, ptb
+from pipelines.corpus import CorpusError
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
+    languages: the default pair; test_split: the split results are reported on."""
+
+    corpus_files: Callable
+    languages: tuple[str, str]
+    test_split: str
+
+
+DATASETS = {
+    "multi30k": Dataset(multi30k.corpus_files, ("en", "de"), "test_2016_flickr"),
+    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test"),
+}
+
+
+def _dataset(name) -> Dataset:
+    if name not in DATASETS:
+        raise CorpusError(f"unknown dataset {name!r}; datasets: {sorted(DATASETS)}")
+    return DATASETS[name]
+
+
+def corpus_files(dataset, data_dir, source_language, target_language):
+    """`{split: (source_path, target_path)}` of `dataset`; errors name what is missing."""
+    return _dataset(dataset).corpus_files(data_dir, source_language, target_language)
+
+
+def default_languages(dataset) -> tuple[str, str]:
+    return _dataset(dataset).languages
+
+
+def default_split(dataset) -> str:
+    """The split a dataset's results are reported on."""
+    return _dataset(dataset).test_split

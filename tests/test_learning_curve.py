@@ -1,0 +1,42 @@
+"""Learning curves: resumed segments laid end to end, a PNG drawn, bad records named."""
+
+import json
+
+import pytest
+
+from keras_transformer.cli import main
+from keras_transformer.learning_curve import read_metrics
+
+
+def write_records(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+SEGMENTS = [
+    {"kind": "train", "step": 50, "time": 60.0, "loss": 6.0},
+    {"kind": "epoch", "step": 100, "time": 120.0, "loss": 5.0, "val_loss": 4.5},
+    {"kind": "bleu", "step": 100, "time": 130.0, "val_bleu": 3.0},
+    # The run was killed and resumed: the new process counts from zero again.
+    {"kind": "train", "step": 150, "time": 30.0, "loss": 4.0},
+    {"kind": "bleu", "step": 200, "time": 90.0, "val_bleu": 9.0},
+]
+
+
+def test_resumed_segments_are_laid_end_to_end(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_records(path, SEGMENTS)
+    minutes = [r["minutes"] for r in read_metrics(path)]
+    assert minutes == pytest.approx([1.0, 2.0, 130 / 60, (130 + 30) / 60, (130 + 90) / 60])
+
+
+def test_curve_command_writes_a_png(tmp_path):
+    write_records(tmp_path / "metrics.jsonl", SEGMENTS)
+    assert main(["curve", str(tmp_path)]) in (0, None)
+    assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_broken_record_names_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(SEGMENTS[0]) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl, line 2"):
+        read_metrics(path)

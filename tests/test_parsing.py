@@ -1,0 +1,88 @@
+"""Parsing with the translation machinery (§6.3): `train --dataset ptb` and `evaluate` end to end
+on a slice of the Penn Treebank sample, with §6.3's search by default and the repair rate."""
+
+import json
+import zipfile
+
+import pytest
+
+from keras_transformer import cli
+from keras_transformer.evaluation import task
+from keras_transformer.parsing import parse_scores
+
+# Real files of each split: 89 sentences to train on, 5 to validate, 3 to test.
+SLICE = [*range(1, 11), 160, 185]
+
+
+@pytest.fixture(scope="module")
+def ptb_slice(tmp_path_factory, ptb_dir):
+    """A treebank.zip of a few files of each split, as a data directory of its own."""
+    directory = tmp_path_factory.mktemp("ptb_slice")
+    with (
+        zipfile.ZipFile(ptb_dir / "treebank.zip") as full,
+        zipfile.ZipFile(directory / "treebank.zip", "w") as part,
+    ):
+        for number in SLICE:
+            name = f"treebank/combined/wsj_{number:04d}.mrg"
+            part.writestr(name, full.read(name))
+    return directory
+
+
+def test_a_ptb_run_decodes_with_the_search_of_section_6_3():
+    parsing, translation = task("ptb", "tree"), task("multi30k", "de")
+    assert parsing.search == {"beam_size": 21, "alpha": 0.3, "extra_length": 300}
+    assert translation.search == {"beam_size": 4, "alpha": 0.6, "extra_length": 50}
+    args = cli.build_parser().parse_args(["evaluate", "--model", "run", "--alpha", "0.5"])
+    assert cli._search(args, parsing.search) == {"beam_size": 21, "alpha": 0.5, "extra_length": 300}
+
+
+def test_parse_scores_repair_what_they_score():
+    sentences = ["Rain fell .", "It stopped ."]
+    references = ["(S (NP XX ) (VP XX ) . )", "(S (NP XX ) (VP XX ) . )"]
+    hypotheses = ["(S (NP XX ) (VP XX ) . )", "(S (NP XX (VP XX"]  # unclosed, one word short
+    scores = parse_scores(sentences, hypotheses, references)
+    assert (scores["repaired"], scores["repair_rate"]) == (1, 50.0)
+    # Repaired, "(S (NP XX (VP XX ) ) XX )" has S 0-2, NP 0-2, VP 1-2 (without the "."): the
+    # gold NP 0-1 is missed.
+    assert (scores["matched_brackets"], scores["gold_brackets"], scores["test_brackets"]) == (
+        5,
+        6,
+        6,
+    )
+
+
+def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    cli.main(
+        [
+            *("train", "--dataset", "ptb", "--data-dir", str(ptb_slice), "--output", str(run)),
+            *("--preset", "tiny", "--set", "vocab_size=300", "--set", "max_length=128"),
+            *("--batch-tokens", "1024", "--max-steps", "2", "--checkpoint-every", "2"),
+            *("--bleu-every", "2", "--bleu-sentences", "2"),
+        ]
+    )
+    settings = json.loads((run / "run.json").read_text())
+    assert (settings["dataset"], settings["source_language"], settings["target_language"]) == (
+        "ptb",
+        "words",
+        "tree",
+    )
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    validation = [r for r in records if r["kind"] == "parsing"]
+    assert [r["step"] for r in validation] == [2]
+    assert 0 <= validation[0]["val_f1"] <= 100 and 0 <= validation[0]["val_repair_rate"] <= 100
+
+    capsys.readouterr()
+    # The data directory comes from run.json, the split is the test split, α is §6.3's.
+    cli.main(["evaluate", "--model", str(run), "--dataset", "ptb", "--beam", "3"])
+    printed = capsys.readouterr().out
+    assert printed.startswith("test words->tree beam 3: F1 ") and "repaired" in printed
+    scores = json.loads((run / "eval" / "model" / "test.beam3.scores.json").read_text())
+    assert (scores["beam_size"], scores["alpha"], scores["extra_length"]) == (3, 0.3, 300)
+    assert scores["sentences"] == 3 and 0 <= scores["f1"] <= 100
+    hypotheses = (run / "eval" / "model" / "test.beam3.hyp").read_text().splitlines()
+    assert len(hypotheses) == 3
+
+    with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
+        cli.main(["evaluate", "--model", str(run), "--dataset", "multi30k"])
