@@ -250,7 +250,8 @@ def _build_presets() -> dict[str, TransformerConfig]:
         # tokens a batch), and its schedule: warmup 2000 to a peak of 5e-3 (scale 2.53 on Eq. 3).
         # A short warmup is worse even for short runs: warmup 600 to 5e-3 gave 9.3 greedy val
         # BLEU after 1,159 steps here, and the same schedule in the PyTorch recipe 7.8 where its
-        # own gives 16.6; at 1,500 steps warmup 1000-2000 to 3-5e-3 gave 22.7-23.5 (docs/RESULTS.md).
+        # own gives 16.6; at 1,500 steps warmup 1000-2000 to 3-5e-3 gave 22.7-23.5
+        # (docs/RESULTS.md).
         "multi30k": base.replace(
             vocab_size=8000,
             num_layers=4,
