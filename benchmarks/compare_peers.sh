@@ -21,7 +21,9 @@ PYTHON=.venv/bin/python
 make --silent install
 if [ ! -x "$TORCH_VENV/bin/python" ]; then
     python3 -m venv "$TORCH_VENV"
-    "$TORCH_VENV/bin/pip" install --quiet torch==2.13.0 numpy
+    # The CPU-only wheel: the default PyPI torch pulls gigabytes of CUDA libraries.
+    TORCH_WHEEL=$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1)
+    "$TORCH_VENV/bin/pip" install --quiet numpy "${TORCH_WHEEL:-torch==2.13.0}"
 fi
 if [ ! -x "$HUB_VENV/bin/python" ]; then
     # The project's pinned TensorFlow/Keras, plus keras-hub without letting it move them.
