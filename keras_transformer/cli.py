@@ -99,7 +99,7 @@ def _translate(args):
     translator = load_run(args.model, args.weights, args.jit_compile)
     lines = _read_input(args.input)
     translations = translator.translate(lines, **_search(args, scoring.search))
-    text = "".join(t + "\n" for t in translations)
+    text = "".join(scoring.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
     if args.output:
         args.output.write_text(text, encoding="utf-8")
     else:
@@ -170,9 +170,13 @@ def _curve(args):
 
 
 def _export(args):
+    from keras_transformer.evaluation import task
     from keras_transformer.export import export_saved_model, export_tflite
     from keras_transformer.translator import load_run
 
+    run = _run_settings(args.model)
+    scoring = task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
+    search = _search(args, scoring.search)
     translator = load_run(args.model, args.weights)
     if args.format == "tflite":
         path = export_tflite(
@@ -180,12 +184,10 @@ def _export(args):
             args.output,
             quantize=args.quantize,
             source_length=args.source_length,
-            beam_size=args.beam,
-            alpha=args.alpha,
-            extra_length=args.extra_length,
+            **search,
         )
     else:
-        path = export_saved_model(translator, args.output)
+        path = export_saved_model(translator, args.output, search)
     print(f"exported {path}")
 
 
@@ -258,12 +260,15 @@ def _add_decoding(commands):
         "--output", type=Path, required=True, help="SavedModel base path, or the .tflite file"
     )
     export.add_argument("--format", choices=["saved_model", "tflite"], default="saved_model")
-    tflite = export.add_argument_group("tflite (decoding fixed at export)")
+    search = export.add_argument_group(
+        "search of serving_default, or of the TFLite model (fixed at export)"
+    )
+    search.add_argument("--beam", type=int, help="default 4, or 21 for ptb; 1 decodes greedily")
+    search.add_argument("--alpha", type=float, help="default 0.6, or 0.3 for ptb")
+    search.add_argument("--extra-length", type=int, help="default 50, or 300 for ptb")
+    tflite = export.add_argument_group("tflite")
     tflite.add_argument("--quantize", choices=["dynamic"], help="int8 weights")
     tflite.add_argument("--source-length", type=int, default=64, help="max source subwords")
-    tflite.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily")
-    tflite.add_argument("--alpha", type=float, default=0.6)
-    tflite.add_argument("--extra-length", type=int, default=50)
     export.set_defaults(handler=_export)
 
     serve = commands.add_parser(

@@ -30,6 +30,7 @@ from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 EXTRA_LENGTH = 50
 BEAM_SIZE = 4
 ALPHA = 0.6
+SEARCH = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
 
 
 class GreedyResult(NamedTuple):

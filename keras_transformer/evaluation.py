@@ -62,12 +62,14 @@ class Task:
         score: `(sources, hypotheses, references) -> dict` of scores (floats are the metrics).
         search: default `beam_size`, `alpha` and `extra_length` of the search.
         summary: `scores -> str`, one line for people.
+        present: `(source, hypothesis) -> str`, a decoded string as `translate` prints it.
     """
 
     name: str
     score: Callable[[list[str], list[str], list[str]], dict]
     search: dict
     summary: Callable[[dict], str]
+    present: Callable[[str, str], str] = lambda source, hypothesis: hypothesis
 
 
 def task(dataset: str, target_language: str) -> Task:
@@ -75,14 +77,15 @@ def task(dataset: str, target_language: str) -> Task:
     if dataset == "ptb":
         from keras_transformer import parsing
 
-        return Task("parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary)
-    from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH
+        return Task(
+            "parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary, parsing.present
+        )
+    from keras_transformer.decoding import SEARCH
 
     def score(sources, hypotheses, references):
         return corpus_scores(hypotheses, references, target_language)
 
-    search = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
-    return Task("bleu", score, search, bleu_summary)
+    return Task("bleu", score, SEARCH, bleu_summary)
 
 
 def bleu_summary(scores) -> str:

@@ -17,7 +17,9 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
                        alpha, extra_length                      -> target_ids [None, None] int32,
                                                                    scores
 
-`serving_default` uses the paper's beam 4, α = 0.6 and input length + 50; TensorFlow Serving
+`serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
+export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
+`pipelines.ptb.repair`); TensorFlow Serving
 requires every input of a signature, so the search settings get a signature of their own rather
 than optional inputs. Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
@@ -46,7 +48,14 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode, greedy_decode
+from keras_transformer.decoding import (
+    ALPHA,
+    BEAM_SIZE,
+    EXTRA_LENGTH,
+    SEARCH,
+    beam_decode,
+    greedy_decode,
+)
 from pipelines.tokenizer import EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -61,10 +70,11 @@ EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
 class TranslationModule(tf.Module):
     """The trained model and its tokenizer with the serving functions (see module docstring)."""
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, search=None):
         super().__init__(name="translation")
         self.model = model
         self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
+        self.default_search = search or SEARCH
 
     def source_ids(self, text):
         """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
@@ -82,7 +92,8 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT])
     def serve_text(self, text):
-        return self.translate(text, BEAM_SIZE, ALPHA, EXTRA_LENGTH)
+        search = self.default_search
+        return self.translate(text, search["beam_size"], search["alpha"], search["extra_length"])
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):
@@ -109,14 +120,17 @@ def versions(base) -> list[int]:
     return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
 
 
-def export_saved_model(translator, base) -> Path:
-    """Writes `translator` (a `Translator`) as the next version under `base`; returns its path."""
+def export_saved_model(translator, base, search=None) -> Path:
+    """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
+
+    `search` ({beam_size, alpha, extra_length}) is `serving_default`'s, §6.1's by default.
+    """
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
     version = (versions(base) or [0])[-1] + 1
     final, staging = base / str(version), base / f".{version}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    module = TranslationModule(translator.model, translator.tokenizer)
+    module = TranslationModule(translator.model, translator.tokenizer, search)
     tf.saved_model.save(module, str(staging), signatures=module.signatures())
     os.rename(staging, final)
     logger.info("exported version %d to %s", version, final)

@@ -20,6 +20,8 @@ Example:
 (85.71, 1)
 """
 
+import sys
+
 from keras_transformer.evalb import corpus_score
 from pipelines.ptb import delinearize, repair
 
@@ -36,6 +38,12 @@ def hypothesis_trees(sentences, hypotheses):
         trees.append(delinearize(linearized, words))
         repaired += changed
     return trees, repaired
+
+
+def present(sentence, hypothesis) -> str:
+    """A decoded string → the repaired tree over the sentence's words, on one line."""
+    words = sentence.split()
+    return delinearize(repair(hypothesis, len(words))[0], words).pformat(margin=sys.maxsize)
 
 
 def parse_scores(sentences, hypotheses, references) -> dict:

@@ -4,11 +4,15 @@ on a slice of the Penn Treebank sample, with §6.3's search by default and the r
 import json
 import zipfile
 
+import nltk
+import numpy as np
 import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the export uses)
 
 from keras_transformer import cli
 from keras_transformer.evaluation import task
-from keras_transformer.parsing import parse_scores
+from keras_transformer.parsing import parse_scores, present
 
 # Real files of each split: 89 sentences to train on, 5 to validate, 3 to test.
 SLICE = [*range(1, 11), 160, 185]
@@ -51,6 +55,14 @@ def test_parse_scores_repair_what_they_score():
     )
 
 
+def test_translate_prints_the_repaired_tree_over_the_words():
+    assert (
+        present("Rain fell .", "(S (NP XX ) (VP XX ) . )")
+        == "(S (NP (XX Rain)) (VP (XX fell)) (. .))"
+    )
+    assert present("Rain fell .", "(S (NP XX (VP XX") == "(S (NP (XX Rain) (VP (XX fell))) (XX .))"
+
+
 def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / "cache"))
     run = tmp_path / "run"
@@ -86,3 +98,32 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
 
     with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
         cli.main(["evaluate", "--model", str(run), "--dataset", "multi30k"])
+
+    # `translate` prints trees over the input's words, however ill-formed the decoded strings.
+    sentences = ["Rain fell .", "Ms. Haag plays Elianti ."]
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
+    capsys.readouterr()
+    cli.main(
+        [
+            "translate",
+            "--model",
+            str(run),
+            "--beam",
+            "2",
+            "--input",
+            str(tmp_path / "sentences.txt"),
+        ]
+    )
+    trees = [nltk.Tree.fromstring(line) for line in capsys.readouterr().out.splitlines()]
+    assert [tree.leaves() for tree in trees] == [s.split() for s in sentences]
+
+    # The export's serving_default searches as §6.3 (α 0.3, +300), here with the beam given.
+    cli.main(["export", "--model", str(run), "--output", str(tmp_path / "export"), "--beam", "2"])
+    signatures = tf.saved_model.load(str(tmp_path / "export" / "1")).signatures
+    text = tf.constant(sentences)
+    default = signatures["serving_default"](text=text)
+    explicit = signatures["translate_options"](
+        text=text, beam_size=tf.constant(2), alpha=tf.constant(0.3), extra_length=tf.constant(300)
+    )
+    assert default["translations"].numpy().tolist() == explicit["translations"].numpy().tolist()
+    np.testing.assert_allclose(default["scores"], explicit["scores"], rtol=1e-6)
