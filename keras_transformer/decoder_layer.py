@@ -6,12 +6,13 @@ self-attention sub-layer in the decoder stack to prevent positions from attendin
 positions."
 
 Decoding one position at a time (`decode_step`) uses a cache per layer, preallocated at a fixed
-length so that XLA and TFLite see the same shapes at every step:
+length so that XLA and TFLite see the same shapes at every step, and laid out as attention
+reads them (keys transposed, see `scaled_dot_product_attention`) so that no step copies them:
 
-    self_key   [batch, max_length, heads, d_k]   written at the step index
-    self_value [batch, max_length, heads, d_v]   written at the step index
-    cross_key  [batch, source_length, heads, d_k]  computed once from the encoder output
-    cross_value[batch, source_length, heads, d_v]  computed once from the encoder output
+    self_key   [batch, heads, d_k, max_length]     written at the step index
+    self_value [batch, heads, max_length, d_v]     written at the step index
+    cross_key  [batch, heads, d_k, source_length]  computed once from the encoder output
+    cross_value[batch, heads, source_length, d_v]  computed once from the encoder output
 
 Beam search reorders the batch axis of `self_key`/`self_value` when beams are re-ranked; the
 cross entries are identical within a sentence's beams and need no reordering.
@@ -105,10 +106,10 @@ class DecoderLayer(EncoderLayer):
         cross_key, cross_value = self.cross_attention.project_key_value(encoder_output)
         return {
             "self_key": ops.zeros(
-                (batch_size, max_length, self.num_heads, self.d_k), cross_key.dtype
+                (batch_size, self.num_heads, self.d_k, max_length), cross_key.dtype
             ),
             "self_value": ops.zeros(
-                (batch_size, max_length, self.num_heads, self.d_v), cross_value.dtype
+                (batch_size, self.num_heads, max_length, self.d_v), cross_value.dtype
             ),
             "cross_key": cross_key,
             "cross_value": cross_value,
@@ -127,10 +128,9 @@ class DecoderLayer(EncoderLayer):
             `(outputs [batch, 1, d_model], updated cache)`; inference mode (no dropout).
         """
         key, value = self.self_attention.project_key_value(inputs)
-        start = [0, step, 0, 0]
-        self_key = ops.slice_update(cache["self_key"], start, key)
-        self_value = ops.slice_update(cache["self_value"], start, value)
-        mask = decode_step_attention_mask(step, ops.shape(self_key)[1])
+        self_key = ops.slice_update(cache["self_key"], [0, 0, 0, step], key)
+        self_value = ops.slice_update(cache["self_value"], [0, 0, step, 0], value)
+        mask = decode_step_attention_mask(step, ops.shape(self_key)[-1])
         attended = self.self_attention.attend(inputs, self_key, self_value, attention_mask=mask)
         x = self.self_attention_norm(inputs, attended)
         outputs = self._cross_attention_and_feed_forward(

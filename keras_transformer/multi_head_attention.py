@@ -8,7 +8,9 @@ are separate settings because Table 3 rows (A) and (B) vary them independently o
 """
 
 import keras
+from keras import ops
 
+from keras_transformer.dropout import Dropout
 from keras_transformer.scaled_dot_product_attention import scaled_dot_product_attention
 
 
@@ -71,25 +73,27 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_dense = projection("key", self.d_k)
         self.value_dense = projection("value", self.d_v)
         self.output_dense = keras.layers.EinsumDense(
-            "bthd,hdm->btm",
+            "bhtd,hdm->btm",
             output_shape=(None, d_model),
             bias_axes="m",
             name="output",
             dtype=self.dtype_policy,
         )
-        self.dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.attention_dropout, dtype=self.dtype_policy)
         self.query_dense.build(query_shape)
         self.key_dense.build(key_value_shape)
         self.value_dense.build(key_value_shape)
-        self.output_dense.build((None, None, self.num_heads, self.d_v))
+        self.output_dense.build((None, self.num_heads, None, self.d_v))
 
     def call(self, query, key_value, attention_mask=None, training=None):
         key, value = self.project_key_value(key_value)
         return self.attend(query, key, value, attention_mask=attention_mask, training=training)
 
     def project_key_value(self, key_value):
-        """`[batch, length, d_model]` → keys `[.., heads, d_k]` and values `[.., heads, d_v]`."""
-        return self.key_dense(key_value), self.value_dense(key_value)
+        """`[batch, length, d_model]` → keys `[batch, heads, d_k, length]` (transposed, see
+        `scaled_dot_product_attention`) and values `[batch, heads, length, d_v]`."""
+        key = ops.transpose(self.key_dense(key_value), (0, 2, 3, 1))
+        return key, ops.transpose(self.value_dense(key_value), (0, 2, 1, 3))
 
     def attend(self, query, key, value, attention_mask=None, training=None):
         """Attention of `query` `[batch, q, d_model]` over projected `key`/`value`."""
@@ -103,7 +107,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def attention_weights_and_output(self, query, key, value, attention_mask=None, training=None):
         """Like `attend`, also returning the weights `[batch, heads, q, k]` (for plots)."""
         heads, weights = scaled_dot_product_attention(
-            self.query_dense(query),
+            ops.transpose(self.query_dense(query), (0, 2, 1, 3)),
             key,
             value,
             mask=attention_mask,

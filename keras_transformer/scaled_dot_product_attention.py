@@ -5,12 +5,18 @@
 Scores and softmax are computed in float32 even under mixed precision, so that masked positions
 get exactly zero weight and long rows do not lose precision.
 
+Keys come transposed, `[batch, heads, d_k, key_length]`: the layout in which both products are
+plain batched matrix products. A decoding cache kept in this layout is written in place, one
+position a step, and never transposed again (XLA otherwise copies every cached key and value
+into the product's layout at every step).
+
 Example:
 >>> import numpy as np
->>> q = k = v = np.ones((1, 2, 1, 4), "float32")  # [batch, length, heads, depth]
+>>> q = v = np.ones((1, 1, 2, 4), "float32")  # [batch, heads, length, depth]
+>>> k = np.ones((1, 1, 4, 2), "float32")  # [batch, heads, depth, length]: Kᵀ
 >>> output, weights = scaled_dot_product_attention(q, k, v)
 >>> tuple(output.shape), tuple(weights.shape)
-((1, 2, 1, 4), (1, 1, 2, 2))
+((1, 1, 2, 4), (1, 1, 2, 2))
 """
 
 import math
@@ -22,25 +28,25 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     """Eq. 1 over several heads at once.
 
     Args:
-        query: `[batch, query_length, heads, d_k]`.
-        key: `[batch, key_length, heads, d_k]`.
-        value: `[batch, key_length, heads, d_v]`.
+        query: `[batch, heads, query_length, d_k]`.
+        key: `[batch, heads, d_k, key_length]` (transposed).
+        value: `[batch, heads, key_length, d_v]`.
         mask: bool, broadcastable to `[batch, heads, query_length, key_length]`; `False` marks
             positions that may not be attended to: their scores are set to the most negative
             float32, the finite stand-in for -∞ that cannot turn a row into NaN.
-        dropout: optional `keras.layers.Dropout` on the attention weights (not in the paper).
+        dropout: optional `Dropout` layer on the attention weights (not in the paper).
         training: passed to `dropout`.
 
     Returns:
-        `(output, weights)`: output `[batch, query_length, heads, d_v]` in the query's dtype and
+        `(output, weights)`: output `[batch, heads, query_length, d_v]` in the query's dtype and
         weights `[batch, heads, query_length, key_length]` in float32.
     """
     depth = ops.shape(query)[-1]
-    scores = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    scores = ops.matmul(query, key)
     scores = ops.cast(scores, "float32") / math.sqrt(depth)
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(-3.4028235e38, "float32"))
     weights = ops.softmax(scores, axis=-1)
     dropped = dropout(weights, training=training) if dropout is not None else weights
-    output = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value)
+    output = ops.matmul(ops.cast(dropped, value.dtype), value)
     return output, weights

@@ -16,20 +16,23 @@ def numpy_softmax(x):
 
 def test_scaled_dot_product_attention_is_eq1():
     rng = np.random.default_rng(0)
-    q, k = rng.normal(size=(2, 3, 1, 8)), rng.normal(size=(2, 5, 1, 8))
-    v = rng.normal(size=(2, 5, 1, 6))
-    output, weights = scaled_dot_product_attention(*(x.astype("float32") for x in (q, k, v)))
-    expected_weights = numpy_softmax(q[:, :, 0] @ k[:, :, 0].transpose(0, 2, 1) / np.sqrt(8))
+    q, k = rng.normal(size=(2, 1, 3, 8)), rng.normal(size=(2, 1, 5, 8))
+    v = rng.normal(size=(2, 1, 5, 6))
+    k_transposed = k.transpose(0, 1, 3, 2)
+    output, weights = scaled_dot_product_attention(
+        *(x.astype("float32") for x in (q, k_transposed, v))
+    )
+    expected_weights = numpy_softmax(q[:, 0] @ k[:, 0].transpose(0, 2, 1) / np.sqrt(8))
     np.testing.assert_allclose(ops.convert_to_numpy(weights)[:, 0], expected_weights, atol=1e-5)
     np.testing.assert_allclose(
-        ops.convert_to_numpy(output)[:, :, 0], expected_weights @ v[:, :, 0], atol=1e-5
+        ops.convert_to_numpy(output)[:, 0], expected_weights @ v[:, 0], atol=1e-5
     )
 
 
 def test_masked_positions_get_exactly_zero_weight():
-    x = np.random.default_rng(1).normal(size=(1, 4, 2, 8)).astype("float32")
+    x = np.random.default_rng(1).normal(size=(1, 2, 4, 8)).astype("float32")
     mask = np.array([True, True, False, False])[None, None, None, :]
-    _, weights = scaled_dot_product_attention(x, x, x, mask=mask)
+    _, weights = scaled_dot_product_attention(x, x.transpose(0, 1, 3, 2), x, mask=mask)
     weights = ops.convert_to_numpy(weights)
     assert np.all(weights[..., 2:] == 0.0)
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-6)

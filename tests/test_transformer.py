@@ -107,9 +107,9 @@ def test_cache_is_preallocated_and_written_at_the_step():
     cache = model.init_cache(encoder_output, max_length=8)
     _, cache = model.decode_step(TARGET_IN[:, 0], 0, cache, source_mask)
     self_key = ops.convert_to_numpy(cache[0]["self_key"])
-    assert self_key.shape == (2, 8, 4, 16)
-    assert np.abs(self_key[:, 0]).sum() > 0 and np.all(self_key[:, 1:] == 0)
-    assert cache[0]["cross_key"].shape == (2, SOURCE.shape[1], 4, 16)
+    assert self_key.shape == (2, 4, 16, 8)
+    assert np.abs(self_key[..., 0]).sum() > 0 and np.all(self_key[..., 1:] == 0)
+    assert cache[0]["cross_key"].shape == (2, 4, 16, SOURCE.shape[1])
 
 
 def test_keras_file_round_trip_gives_identical_outputs(tiny_model, tmp_path):
