@@ -8,6 +8,8 @@ it is added to the sub-layer input and normalized". This is the paper's post-nor
 
 import keras
 
+from keras_transformer.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AddAndNorm(keras.layers.Layer):
@@ -38,7 +40,7 @@ class AddAndNorm(keras.layers.Layer):
         self.epsilon = epsilon
 
     def build(self, residual_shape, sublayer_output_shape=None):
-        self.dropout = keras.layers.Dropout(self.residual_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.residual_dropout, dtype=self.dtype_policy)
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.epsilon, name="layer_norm", dtype=self.dtype_policy
         )

@@ -7,6 +7,8 @@ applied to each position separately and identically, with inner width d_ff.
 
 import keras
 
+from keras_transformer.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionWiseFeedForward(keras.layers.Layer):
@@ -39,7 +41,7 @@ class PositionWiseFeedForward(keras.layers.Layer):
         self.inner = keras.layers.Dense(
             self.d_ff, activation="relu", name="inner", dtype=self.dtype_policy
         )
-        self.dropout = keras.layers.Dropout(self.relu_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.relu_dropout, dtype=self.dtype_policy)
         self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
         self.inner.build(input_shape)
         self.outer.build((*input_shape[:-1], self.d_ff))

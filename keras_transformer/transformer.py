@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.decoder_layer import DecoderLayer
+from keras_transformer.dropout import Dropout
 from keras_transformer.embeddings import SharedEmbedding
 from keras_transformer.encoder_layer import EncoderLayer
 from keras_transformer.masks import (
@@ -85,8 +86,8 @@ class Transformer(keras.Model):
         )
         self.source_positions = positions("source_positions")
         self.target_positions = positions("target_positions")
-        self.source_dropout = keras.layers.Dropout(config.residual_dropout, name="source_dropout")
-        self.target_dropout = keras.layers.Dropout(config.residual_dropout, name="target_dropout")
+        self.source_dropout = Dropout(config.residual_dropout, name="source_dropout")
+        self.target_dropout = Dropout(config.residual_dropout, name="target_dropout")
         layer_args = dict(
             num_heads=config.num_heads,
             d_k=config.d_k,
@@ -121,6 +122,14 @@ class Transformer(keras.Model):
         self.built = True
 
     # -- the full forward pass ----------------------------------------------------------------
+
+    def compile(self, *args, **kwargs):
+        """`keras.Model.compile`; an XLA-compiled step draws dropout masks with ThreeFry."""
+        super().compile(*args, **kwargs)
+        xla_tensorflow = self.jit_compile and keras.backend.backend() == "tensorflow"
+        for layer in self._flatten_layers():
+            if isinstance(layer, Dropout):
+                layer.rng_alg = "threefry" if xla_tensorflow else None
 
     def call(self, inputs, training=None):
         source_ids, target_in_ids = inputs

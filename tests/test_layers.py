@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.add_and_norm import AddAndNorm
 from keras_transformer.decoder_layer import DecoderLayer
+from keras_transformer.dropout import Dropout
 from keras_transformer.embeddings import SharedEmbedding
 from keras_transformer.encoder_layer import EncoderLayer
 from keras_transformer.position_wise_feed_forward import PositionWiseFeedForward
@@ -88,3 +89,33 @@ def test_encoder_and_decoder_layers_round_trip():
     memory = np.random.default_rng(3).normal(size=(2, 5, 8)).astype("float32")
     assert_config_round_trip(EncoderLayer(**args), x)
     assert_config_round_trip(DecoderLayer(**args), x, memory)
+
+
+def test_threefry_dropout_under_xla_drops_at_the_rate_and_repeats_with_the_seed():
+    import tensorflow as tf
+
+    def masks(seed):
+        layer = Dropout(0.1, seed=seed)
+        layer.rng_alg = "threefry"
+        step = tf.function(lambda x: layer(x, training=True), jit_compile=True)
+        x = tf.ones((64, 24, 256))
+        return ops.convert_to_numpy(step(x)), ops.convert_to_numpy(step(x))
+
+    first, second = masks(seed=3)
+    again, _ = masks(seed=3)
+    assert set(np.unique(first).tolist()) == {0.0, np.float32(1 / 0.9)}
+    assert abs((first == 0).mean() - 0.1) < 0.005  # 393,216 draws: 0.005 is 10 sigma
+    np.testing.assert_array_equal(first, again)  # the seed fixes the masks
+    assert (first != second).mean() > 0.1  # and each call draws new ones
+
+
+def test_transformer_compile_picks_threefry_only_for_xla():
+    from keras_transformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig.preset("tiny"))
+    dropouts = [layer for layer in model._flatten_layers() if isinstance(layer, Dropout)]
+    assert len(dropouts) >= 2 * 3  # embeddings, and every sub-layer's residual dropout
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    assert {layer.rng_alg for layer in dropouts} == {"threefry"}
+    model.compile(optimizer="adam", loss="mse", jit_compile=False)
+    assert {layer.rng_alg for layer in dropouts} == {None}
