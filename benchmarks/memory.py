@@ -8,8 +8,8 @@ another's peak:
   `--train-batch-tokens`.
 - `decode`: greedy and beam-4 cached decoding of the peers' batch (32 sources of 24 ids) by the
   `small` model, for outputs of growing length. The decoding cache is preallocated for the whole
-  output (`[batch × beam, layers, length, d_model]` keys and values), so memory may grow by that
-  cache and no more, and repeated calls must not grow it at all. Each line prints the cache's
+  output (keys and values of every decoder layer, `batch × beam × length × d_model` each), so
+  memory may grow by that cache and no more, and repeated calls must not grow it at all. Each line prints the cache's
   bytes beside the peak, the growth over repeated calls, and Python's own heap peak during them
   (`tracemalloc`), which stays flat because the steps run inside one graph loop. (An untrained
   model never ends a sentence early, so every call decodes the full length; beam search also

@@ -84,6 +84,14 @@ def _run_settings(run_dir) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _task(run_dir):
+    """The `evaluation.Task` of the run's dataset (translation for runs without a run.json)."""
+    from keras_transformer.evaluation import task
+
+    run = _run_settings(run_dir)
+    return task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
+
+
 def _search(args, defaults) -> dict:
     """The search of `args`, a `Task`'s defaults where an option is not given."""
     given = {"beam_size": args.beam, "alpha": args.alpha, "extra_length": args.extra_length}
@@ -91,11 +99,9 @@ def _search(args, defaults) -> dict:
 
 
 def _translate(args):
-    from keras_transformer.evaluation import task
     from keras_transformer.translator import load_run
 
-    run = _run_settings(args.model)
-    scoring = task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
+    scoring = _task(args.model)
     translator = load_run(args.model, args.weights, args.jit_compile)
     lines = _read_input(args.input)
     translations = translator.translate(lines, **_search(args, scoring.search))
@@ -170,13 +176,10 @@ def _curve(args):
 
 
 def _export(args):
-    from keras_transformer.evaluation import task
     from keras_transformer.export import export_saved_model, export_tflite
     from keras_transformer.translator import load_run
 
-    run = _run_settings(args.model)
-    scoring = task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
-    search = _search(args, scoring.search)
+    search = _search(args, _task(args.model).search)
     translator = load_run(args.model, args.weights)
     if args.format == "tflite":
         path = export_tflite(

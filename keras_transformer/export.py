@@ -92,8 +92,7 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT])
     def serve_text(self, text):
-        search = self.default_search
-        return self.translate(text, search["beam_size"], search["alpha"], search["extra_length"])
+        return self.translate(text, **self.default_search)
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):

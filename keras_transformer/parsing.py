@@ -33,17 +33,22 @@ def hypothesis_trees(sentences, hypotheses):
     """Decoded strings → (trees of the sentences' words, how many strings were repaired)."""
     trees, repaired = [], 0
     for sentence, hypothesis in zip(sentences, hypotheses, strict=True):
-        words = sentence.split()
-        linearized, changed = repair(hypothesis, len(words))
-        trees.append(delinearize(linearized, words))
+        tree, changed = repaired_tree(sentence, hypothesis)
+        trees.append(tree)
         repaired += changed
     return trees, repaired
 
 
+def repaired_tree(sentence, hypothesis):
+    """A decoded string → (the repaired tree over the sentence's words, whether it changed)."""
+    words = sentence.split()
+    linearized, changed = repair(hypothesis, len(words))
+    return delinearize(linearized, words), changed
+
+
 def present(sentence, hypothesis) -> str:
     """A decoded string → the repaired tree over the sentence's words, on one line."""
-    words = sentence.split()
-    return delinearize(repair(hypothesis, len(words))[0], words).pformat(margin=sys.maxsize)
+    return repaired_tree(sentence, hypothesis)[0].pformat(margin=sys.maxsize)
 
 
 def parse_scores(sentences, hypotheses, references) -> dict:
