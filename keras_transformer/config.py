@@ -276,25 +276,25 @@ def _build_presets() -> dict[str, TransformerConfig]:
             batch_tokens=1024,
         ),
         # English constituency parsing, §6.3, on NLTK's 3,396-tree sample of the WSJ
-        # (pipelines/ptb.py): the paper's 4 layers at the width of `small` instead of its 1024,
-        # which would cost ~16x the compute per token; ~8.4M parameters. `small` trains at
-        # ~2,300 target tokens/s on the 2-core CPU (../shared/peers results), so this model at
-        # ~1,700: one pass over the ~280k target subwords of the training split takes about 3
-        # minutes, and an hour gives ~20 epochs (~1,500 steps of 4,096 tokens). A corpus 12x
-        # smaller than the paper's WSJ gets more dropout (tensor2tensor's
-        # transformer_parsing_base uses 0.2 residual and attention dropout on the full WSJ), a
-        # 4k shared vocabulary (~10k word types plus ~30 bracket and tag tokens) and a warmup
-        # reached within the first 10 epochs. max_length 256 holds every validation and test
-        # tree (the longest is 181 subwords: each "(NP" is two pieces) and drops 9 of the
-        # 3,396 training pairs; it also caps §6.3's input length + 300.
+        # (pipelines/ptb.py): the paper's 4 layers, at width 128 instead of its 1024. On a
+        # corpus 12x smaller than the paper's WSJ, epochs matter more than width: at width 256
+        # this CPU trained ~600 target tokens/s, one pass over the ~280k target subwords of the
+        # training split in ~8 minutes and ~7 epochs an hour; width 128 (~2.3M parameters, a
+        # third of the compute per token) gives ~2.5x the epochs in the same time. More dropout
+        # than the paper's base for the small corpus (tensor2tensor's transformer_parsing_base
+        # uses 0.2 on the full WSJ), a 4k shared vocabulary (~10k word types plus ~30 bracket
+        # and tag tokens) and a warmup reached within the first 10 epochs. max_length 256 holds
+        # every validation and test tree (the longest is 181 subwords: each "(NP" is two
+        # pieces) and drops 9 of the 3,396 training pairs; it also caps §6.3's input length +
+        # 300.
         "parsing": base.replace(
             vocab_size=4000,
             num_layers=4,
-            d_model=256,
-            d_ff=1024,
+            d_model=128,
+            d_ff=512,
             num_heads=4,
             residual_dropout=0.3,
-            attention_dropout=0.2,
+            attention_dropout=0.1,
             warmup_steps=800,
             max_length=256,
             batch_tokens=4096,
