@@ -32,6 +32,26 @@ def _step(model) -> int:
     return int(model.optimizer.iterations.numpy())
 
 
+class EveryUpdate(keras.callbacks.Callback):
+    """Calls `on_update(step, logs)` when a batch ends with a new optimizer step.
+
+    Under gradient accumulation several batches end at one step, the first ones before any
+    update at all; only the batch that made the update counts.
+    """
+
+    def on_train_begin(self, logs=None):
+        self._step_seen = _step(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = _step(self.model)
+        if step != self._step_seen:
+            self._step_seen = step
+            self.on_update(step, logs)
+
+    def on_update(self, step, logs):
+        raise NotImplementedError
+
+
 class TokenThroughput(keras.callbacks.Callback):
     """Puts `target_tokens_per_s` (non-padding target tokens / s) into the batch logs.
 
@@ -92,7 +112,7 @@ class TraceCounter(keras.callbacks.Callback):
         self.model.train_step = self._train_step
 
 
-class MetricsJsonl(keras.callbacks.Callback):
+class MetricsJsonl(EveryUpdate):
     """Appends `{"step", "epoch", "time", "kind", ...metrics}` lines to a file."""
 
     def __init__(self, path, every_steps=50):
@@ -116,15 +136,15 @@ class MetricsJsonl(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
-        if _step(self.model) % self.every_steps == 0:
+    def on_update(self, step, logs):
+        if step % self.every_steps == 0:
             self.write("train", logs)
 
     def on_epoch_end(self, epoch, logs=None):
         self.write("epoch", logs)
 
 
-class RollingCheckpoints(keras.callbacks.Callback):
+class RollingCheckpoints(EveryUpdate):
     """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`."""
 
     def __init__(self, directory, every_steps=None, every_minutes=None, keep=5):
@@ -135,8 +155,7 @@ class RollingCheckpoints(keras.callbacks.Callback):
         self.keep = keep
         self._last_save = time.monotonic()
 
-    def on_train_batch_end(self, batch, logs=None):
-        step = _step(self.model)
+    def on_update(self, step, logs):
         due_by_steps = self.every_steps and step % self.every_steps == 0
         due_by_time = (
             self.every_minutes and time.monotonic() - self._last_save >= 60 * self.every_minutes
@@ -165,7 +184,7 @@ def list_checkpoints(directory) -> list[Path]:
     return sorted(files, key=lambda p: int(CHECKPOINT_PATTERN.search(p.name).group(1)))
 
 
-class ValidationScores(keras.callbacks.Callback):
+class ValidationScores(EveryUpdate):
     """Scores of greedy outputs for fixed validation sentences, every `every_steps` steps.
 
     Args:
@@ -204,8 +223,8 @@ class ValidationScores(keras.callbacks.Callback):
         self._translator = None
         self._last_step = None
 
-    def on_train_batch_end(self, batch, logs=None):
-        if _step(self.model) % self.every_steps == 0:
+    def on_update(self, step, logs):
+        if step % self.every_steps == 0:
             self.evaluate()
 
     def on_train_end(self, logs=None):

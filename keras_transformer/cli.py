@@ -53,6 +53,7 @@ def _train(args):
         checkpoint_minutes=args.checkpoint_minutes,
         keep_checkpoints=args.keep_checkpoints,
         devices=args.devices,
+        accumulate=args.accumulate,
         precision=args.precision,
         jit_compile=args.jit_compile,
         seed=args.seed,
@@ -315,6 +316,12 @@ def _add_train(commands):
     train.add_argument("--checkpoint-minutes", type=float)
     train.add_argument("--keep-checkpoints", type=int, default=5)
     train.add_argument("--devices", type=int, help="replicas (logical CPU devices without GPUs)")
+    train.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        help="micro-batches per update: the same --batch-tokens per update in 1/N the memory",
+    )
     train.add_argument(
         "--precision", default="float32", choices=["float32", "mixed_float16", "mixed_bfloat16"]
     )

@@ -19,10 +19,14 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     while Eq. 3 counts `step_num` from 1 (at 0 it would give a zero learning rate). So
     `schedule(iteration)` returns Eq. 3 at `step_num = iteration + 1`.
 
+    Gradient accumulation: Keras then passes the count of micro-batches, and an update (one
+    `step_num`) takes `accumulation_steps` of them.
+
     Args:
         d_model: model width.
         warmup_steps: steps of linear warmup (4000 in the paper).
         scale: constant factor; runs much shorter than the paper's may want a larger rate.
+        accumulation_steps: micro-batches per update (1: none).
 
     Example:
     >>> schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
@@ -30,13 +34,15 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     0.00069877
     """
 
-    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0, accumulation_steps=1):
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale
+        self.accumulation_steps = accumulation_steps
 
     def __call__(self, step):
-        step_num = ops.cast(step, "float32") + 1.0
+        update = ops.floor_divide(step, self.accumulation_steps)
+        step_num = ops.cast(update, "float32") + 1.0
         return (
             self.scale
             * self.d_model**-0.5
@@ -44,16 +50,27 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         )
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+        return {
+            "d_model": self.d_model,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+            "accumulation_steps": self.accumulation_steps,
+        }
 
 
-def create_optimizer(config):
-    """Adam(β1, β2, ε from `config`) driven by `TransformerSchedule` (§5.3)."""
+def create_optimizer(config, accumulation_steps=1):
+    """Adam(β1, β2, ε from `config`) driven by `TransformerSchedule` (§5.3).
+
+    With `accumulation_steps` > 1 each update averages the gradients of that many
+    micro-batches, so a batch of the paper's 25k tokens fits in less memory; `iterations`
+    counts updates.
+    """
     return keras.optimizers.Adam(
         learning_rate=TransformerSchedule(
-            config.d_model, config.warmup_steps, config.learning_rate_scale
+            config.d_model, config.warmup_steps, config.learning_rate_scale, accumulation_steps
         ),
         beta_1=config.adam_beta_1,
         beta_2=config.adam_beta_2,
         epsilon=config.adam_epsilon,
+        gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
     )

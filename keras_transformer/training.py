@@ -62,6 +62,7 @@ class TrainingRun:
     checkpoint_minutes: float | None = None
     keep_checkpoints: int = 5
     devices: int | None = None
+    accumulate: int = 1
     precision: str = "float32"
     jit_compile: bool = False
     seed: int | None = 1234
@@ -75,6 +76,8 @@ class TrainingRun:
         self.output, self.data_dir = Path(self.output), Path(self.data_dir)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
+        if self.accumulate < 1:
+            raise ConfigError(f"--accumulate {self.accumulate} must be at least 1")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"--max-steps {self.max_steps} must be positive")
 
@@ -105,12 +108,14 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     (run.output / "run.json").write_text(json.dumps(run.to_dict(), indent=2))
 
 
-def compile_model(config: TransformerConfig, jit_compile: bool = False) -> Transformer:
+def compile_model(
+    config: TransformerConfig, jit_compile: bool = False, accumulate: int = 1
+) -> Transformer:
     """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
-    strategy's scope."""
+    strategy's scope; each update accumulates `accumulate` micro-batches."""
     model = Transformer(config)
     model.compile(
-        optimizer=create_optimizer(config),
+        optimizer=create_optimizer(config, accumulate),
         loss=LabelSmoothedCrossEntropy(config.label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity(), TargetTokens()],
         jit_compile=jit_compile,
@@ -141,8 +146,10 @@ def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
 
 def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
     # Kept after a finished run, so that rerunning the command resumes instead of starting over.
+    # Keras counts micro-batches here, the optimizer updates.
+    save_freq = run.checkpoint_every * run.accumulate if run.checkpoint_every else "epoch"
     return run_callbacks.ResumableBackup(
-        run.output / "backup", save_freq=run.checkpoint_every or "epoch", delete_checkpoint=False
+        run.output / "backup", save_freq=save_freq, delete_checkpoint=False
     )
 
 
@@ -221,6 +228,14 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     configure_numerics(run)
     strategy = create_strategy(run.devices)
     replicas = strategy.num_replicas_in_sync
+    if run.accumulate > 1 and replicas > 1:
+        raise ConfigError(
+            f"--accumulate {run.accumulate} needs a single replica, not {replicas}: Keras "
+            "accumulates gradients only outside MirroredStrategy"
+        )
+    # The batch of config.batch_tokens is split over the replicas and the accumulated
+    # micro-batches; one update sees all of it.
+    micro_batches = replicas * run.accumulate
     files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
     tokenizer = load_or_train_tokenizer(
         run.output / "subwords.model", [*files["train"]], config.vocab_size
@@ -233,7 +248,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         return make_translation_dataset(
             *files[split],
             tokenizer,
-            batch_tokens=config.batch_tokens // replicas,
+            batch_tokens=config.batch_tokens // micro_batches,
             max_length=config.max_length,
             shuffle=split == "train",
             seed=run.seed,
@@ -251,7 +266,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         lambda context: dataset("train", context, repeat=True)
     )
     with strategy.scope():
-        model = compile_model(config, jit_compile=run.jit_compile)
+        model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
         step = restored_step(model, resumable_backup(run))
     final = run.output / "model.weights.h5"
     if run.max_steps and step >= run.max_steps:
@@ -259,10 +274,12 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         model.save_weights(final)
         return final
     logger.info(
-        "training %s on %d replica(s), %d steps an epoch, run directory %s",
+        "training %s on %d replica(s), %d micro-batch(es) an update, %d updates an epoch, "
+        "run directory %s",
         config,
         replicas,
-        epoch_steps,
+        run.accumulate,
+        epoch_steps // run.accumulate,
         run.output,
     )
     fit_under_strategy(

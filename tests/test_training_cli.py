@@ -139,3 +139,31 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     assert corrupt.returncode != 0
     assert "cannot resume from the backup" in corrupt.stderr
     assert str(output / "backup") in corrupt.stderr
+
+
+def test_accumulated_updates_are_the_counted_steps(corpus, tmp_path):
+    output = tmp_path / "run"
+    result = run(
+        train_command(
+            corpus,
+            output,
+            "--accumulate",
+            "2",
+            "--max-steps",
+            "4",
+            "--log-every",
+            "1",
+            "--checkpoint-every",
+            "2",
+        )
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 micro-batch(es) an update" in result.stderr
+    # Each update is logged once, though two micro-batches end at its step.
+    assert [step for step, _ in train_losses(output)] == [1, 2, 3, 4]
+    checkpoints = sorted(p.name for p in (output / "checkpoints").glob("*.h5"))
+    assert checkpoints == ["ckpt-00000002.weights.h5", "ckpt-00000004.weights.h5"]
+
+    replicas = run(train_command(corpus, tmp_path / "two", "--accumulate", "2", "--devices", "2"))
+    assert replicas.returncode != 0
+    assert "--accumulate 2 needs a single replica, not 2" in replicas.stderr
