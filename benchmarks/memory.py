@@ -5,17 +5,20 @@ another's peak:
 
 - `train`: `keras-transformer train --preset base` on Multi30k EN→DE for a few steps at the
   preset's default batch of 25,000 tokens a side (§5.1), as a user runs it, or at
-  `--train-batch-tokens`.
+  `--train-batch-tokens`; `--train-accumulate N` splits each batch into N accumulated
+  micro-batches (the same update in less memory).
 - `decode`: greedy and beam-4 cached decoding of the peers' batch (32 sources of 24 ids) by the
   `small` model, for outputs of growing length. The decoding cache is preallocated for the whole
   output (keys and values of every decoder layer, `batch × beam × length × d_model` each), so
-  memory may grow by that cache and no more, and repeated calls must not grow it at all. Each line prints the cache's
-  bytes beside the peak, the growth over repeated calls, and Python's own heap peak during them
-  (`tracemalloc`), which stays flat because the steps run inside one graph loop. (An untrained
-  model never ends a sentence early, so every call decodes the full length; beam search also
-  reorders the whole cache every step, so its time grows with the square of the length.)
+  memory may grow by that cache and no more, and repeated calls must not grow it at all. Each
+  line prints the cache's bytes beside the peak, the growth over repeated calls, and Python's own
+  heap peak during them (`tracemalloc`), which stays flat because the steps run inside one graph
+  loop. (An untrained model never ends a sentence early, so every call decodes the full length;
+  beam search also reorders the whole cache every step, so its time grows with the square of the
+  length.)
 
-    .venv/bin/python benchmarks/memory.py [--train-steps 3] [--lengths 48 192 768]
+    .venv/bin/python benchmarks/memory.py [--train-steps 3] [--train-accumulate N]
+        [--lengths 48 192 768]
         [--beam-lengths 48 192] [--out F]
 """
 
@@ -37,7 +40,7 @@ def max_rss_mib(who=resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # Linux reports KiB
 
 
-def train_peak(data_dir: Path, steps: int, jit_compile: bool, batch_tokens) -> dict:
+def train_peak(data_dir: Path, steps: int, jit_compile: bool, batch_tokens, accumulate) -> dict:
     """Peak RSS of a `train --preset base` child process over `steps` steps (run with
     `/usr/bin/time -v`, so that a child killed for memory still reports its peak)."""
     with tempfile.TemporaryDirectory() as output:
@@ -48,12 +51,14 @@ def train_peak(data_dir: Path, steps: int, jit_compile: bool, batch_tokens) -> d
             *("--checkpoint-every", str(steps), "--bleu-every", "0"),
             "--jit-compile" if jit_compile else "--no-jit-compile",
             *(("--batch-tokens", str(batch_tokens)) if batch_tokens else ()),
+            *("--accumulate", str(accumulate)),
         ]
         completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     peak_kib = re.search(r"Maximum resident set size \(kbytes\): (\d+)", completed.stderr)
     record = {
         "what": "train base",
         "batch_tokens": batch_tokens or "preset (25,000)",
+        "accumulate": accumulate,
         "jit_compile": jit_compile,
         "peak_rss_mib": round(int(peak_kib.group(1)) / 1024) if peak_kib else None,
     }
@@ -123,6 +128,7 @@ def main():
     parser.add_argument("--train-steps", type=int, default=3, help="0 skips training")
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--train-batch-tokens", type=int, help="default: the preset's")
+    parser.add_argument("--train-accumulate", type=int, default=1, help="micro-batches an update")
     parser.add_argument("--lengths", type=int, nargs="*", default=[48, 192, 768])
     parser.add_argument("--beam-lengths", type=int, nargs="*", default=[48, 192])
     parser.add_argument("--out", type=Path, help="append the JSON lines to this file")
@@ -136,7 +142,13 @@ def main():
     measurements = [(run_child, (length, 1)) for length in args.lengths]
     measurements += [(run_child, (length, 4)) for length in args.beam_lengths]
     if args.train_steps:
-        train = (args.data_dir, args.train_steps, args.jit, args.train_batch_tokens)
+        train = (
+            args.data_dir,
+            args.train_steps,
+            args.jit,
+            args.train_batch_tokens,
+            args.train_accumulate,
+        )
         measurements.append((train_peak, train))
     for measure, arguments in measurements:
         line = json.dumps(measure(*arguments))
