@@ -69,8 +69,8 @@ class TokenThroughput(keras.callbacks.Callback):
         logs["target_tokens_per_s"] = self._rate
 
     def on_epoch_end(self, epoch, logs=None):
-        # The epoch's training rate as of its last batch: by now Keras has reset `target_tokens`
-        # for validation, and the validation time is not training time.
+        # The epoch's training rate as of its last batch: validation has run since, and its
+        # time is not training time.
         if logs is not None and self._rate is not None:
             logs["target_tokens_per_s"] = self._rate
 

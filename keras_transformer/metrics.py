@@ -73,7 +73,9 @@ class TargetTokens(keras.metrics.Metric):
         self.count.assign_add(ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32")))
 
     def result(self):
-        return self.count
+        # A copy, not the variable: Keras keeps the training result in the epoch logs while
+        # validation resets and refills this same variable.
+        return ops.copy(self.count)
 
     def get_config(self):
         return {"name": self.name}

@@ -13,8 +13,8 @@ def test_epoch_throughput_is_the_training_rate_not_the_validation_count():
     callback.on_train_batch_end(0, batch_logs)
     rate = batch_logs["target_tokens_per_s"]
     assert 1000 / 0.5 < rate < 1000 / 0.05 * 1.01
-    time.sleep(0.05)  # validation runs here and resets target_tokens to its own count
-    epoch_logs = {"target_tokens": 7.0, "val_target_tokens": 7.0}
+    time.sleep(0.05)  # validation runs here
+    epoch_logs = {"target_tokens": 1000.0, "val_target_tokens": 7.0}
     callback.on_epoch_end(0, epoch_logs)
     assert epoch_logs["target_tokens_per_s"] == rate
 
@@ -43,3 +43,25 @@ def test_trace_counter_counts_traces_once_per_shape_not_per_batch():
     traces = history.history["train_traces"]
     assert 1 <= traces[0] <= 2 and traces == [traces[0]] * 3
     assert "train_step" not in vars(model) or model.train_step == counter._train_step
+
+
+def test_epoch_logs_keep_the_training_token_count_through_validation():
+    import keras
+    import numpy as np
+
+    from keras_transformer.metrics import TargetTokens
+
+    ids = np.ones((8, 3), "int32")
+    targets = ids.copy()
+    targets[:, 2] = 0  # padding: two real tokens a row
+    model = keras.Sequential([keras.layers.Embedding(5, 4), keras.layers.Dense(5)])
+    model.compile(
+        "sgd",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[TargetTokens()],
+    )
+    history = model.fit(
+        ids, targets, validation_data=(ids[:2], targets[:2]), batch_size=4, epochs=1, verbose=0
+    )
+    assert history.history["target_tokens"] == [16.0]
+    assert history.history["val_target_tokens"] == [4.0]
