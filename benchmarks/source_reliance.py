@@ -6,8 +6,8 @@ first `--sentences` pairs of a split with teacher forcing three times: with each
 source, with the sources shuffled among the pairs (right length distribution, wrong content), and
 with empty sources (EOS only). It prints one JSON object: mean cross entropy (nats) and accuracy
 per non-padding target token for each, and the gaps. A model that reads its source shows a large
-`shuffled - true` gap (translation: nats); one near zero writes the same output whatever the
-input, as the parsing run of the README did.
+`shuffled - true` gap (the README's Multi30k EN→DE run: 3.75 nats); one near zero writes about
+the same output whatever the input (its parsing run: 0.045).
 
     .venv/bin/python benchmarks/source_reliance.py RUN [--weights W] [--split validation]
         [--sentences 200]
