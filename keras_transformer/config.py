@@ -283,10 +283,10 @@ def _build_presets() -> dict[str, TransformerConfig]:
         # third of the compute per token) gives ~2.5x the epochs in the same time. More dropout
         # than the paper's base for the small corpus (tensor2tensor's transformer_parsing_base
         # uses 0.2 on the full WSJ), a 4k shared vocabulary (~10k word types plus ~30 bracket
-        # and tag tokens) and a warmup reached within the first 10 epochs. max_length 256 holds
-        # every validation and test tree (the longest is 181 subwords: each "(NP" is two
-        # pieces) and drops 9 of the 3,396 training pairs; it also caps §6.3's input length +
-        # 300.
+        # and tag tokens, each bracket label one piece) and a warmup reached within the first
+        # 10 epochs. max_length 256 holds every validation and test tree (the longest is 139
+        # tokens with BOS and EOS) and drops 2 of the 3,396 training pairs; it also caps §6.3's
+        # input length + 300.
         "parsing": base.replace(
             vocab_size=4000,
             num_layers=4,

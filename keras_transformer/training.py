@@ -222,7 +222,12 @@ def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
 
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
     """Trains (or resumes) a run; returns the path of the final weights."""
-    from pipelines import corpus_files, load_or_train_tokenizer, make_translation_dataset
+    from pipelines import (
+        corpus_files,
+        load_or_train_tokenizer,
+        make_translation_dataset,
+        split_subwords_by_script,
+    )
 
     prepare_run_directory(run, config)
     configure_numerics(run)
@@ -238,7 +243,10 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     micro_batches = replicas * run.accumulate
     files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
     tokenizer = load_or_train_tokenizer(
-        run.output / "subwords.model", [*files["train"]], config.vocab_size
+        run.output / "subwords.model",
+        [*files["train"]],
+        config.vocab_size,
+        split_by_script=split_subwords_by_script(run.dataset),
     )
 
     boundaries = length_buckets(config, run, files["train"], tokenizer)

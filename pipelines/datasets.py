@@ -16,16 +16,20 @@ from pipelines.corpus import CorpusError
 @dataclasses.dataclass(frozen=True)
 class Dataset:
     """corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
-    languages: the default pair; test_split: the split results are reported on."""
+    languages: the default pair; test_split: the split results are reported on;
+    split_subwords_by_script: whether a subword may not span a change of Unicode script
+    (`pipelines.tokenizer.train_sentencepiece`)."""
 
     corpus_files: Callable
     languages: tuple[str, str]
     test_split: str
+    split_subwords_by_script: bool = True
 
 
 DATASETS = {
     "multi30k": Dataset(multi30k.corpus_files, ("en", "de"), "test_2016_flickr"),
-    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test"),
+    # One piece per bracket label ("(NP"), as in Vinyals & Kaiser et al. (2015).
+    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test", False),
 }
 
 
@@ -42,6 +46,11 @@ def corpus_files(dataset, data_dir, source_language, target_language):
 
 def default_languages(dataset) -> tuple[str, str]:
     return _dataset(dataset).languages
+
+
+def split_subwords_by_script(dataset) -> bool:
+    """The `split_by_script` of `dataset`'s subword model."""
+    return _dataset(dataset).split_subwords_by_script
 
 
 def default_split(dataset) -> str:

@@ -5,8 +5,14 @@ import random
 
 import nltk
 import pytest
+import tensorflow as tf
 
-from pipelines import CorpusError, corpus_files
+from pipelines import (
+    CorpusError,
+    corpus_files,
+    load_or_train_tokenizer,
+    split_subwords_by_script,
+)
 from pipelines.corpus import read_lines
 from pipelines.ptb import (
     PUNCTUATION_TAGS,
@@ -163,3 +169,18 @@ def test_the_trainer_finds_the_dataset_by_name(ptb_dir, cached, tmp_path, monkey
         corpus_files("ptb", tmp_path, "words", "tree")
     with pytest.raises(CorpusError, match="datasets: \\['multi30k', 'ptb'\\]"):
         corpus_files("wsj", ptb_dir, "words", "tree")
+
+
+def test_subwords_keep_each_bracket_label_whole(cached, tmp_path):
+    """The ptb dataset's subword model learns "(NP" as one piece (Vinyals & Kaiser et al.'s
+    output symbols); SentencePiece's default, splitting at a change of script, would not."""
+    files = cached[1]["train"]
+    tree = "(S (NP XX XX ) (VP XX (PP XX (NP XX ) ) ) . )"
+
+    def pieces(split_by_script):
+        path = tmp_path / f"split-{split_by_script}.model"
+        tokenizer = load_or_train_tokenizer(path, files, 1000, split_by_script=split_by_script)
+        return tokenizer.pieces(tokenizer.tokenize(tf.constant([tree]))[0].numpy())
+
+    assert pieces(split_subwords_by_script("ptb")) == ["▁" + token for token in tree.split()]
+    assert pieces(True)[:4] == ["▁(", "S", "▁(", "NP"]
