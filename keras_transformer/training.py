@@ -226,7 +226,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         corpus_files,
         load_or_train_tokenizer,
         make_translation_dataset,
-        split_subwords_by_script,
+        vocabulary_kind,
     )
 
     prepare_run_directory(run, config)
@@ -246,7 +246,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         run.output / "subwords.model",
         [*files["train"]],
         config.vocab_size,
-        split_by_script=split_subwords_by_script(run.dataset),
+        kind=vocabulary_kind(run.dataset),
     )
 
     boundaries = length_buckets(config, run, files["train"], tokenizer)

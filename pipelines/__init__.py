@@ -2,7 +2,7 @@
 
 from pipelines.batching import bucket_by_token_budget, padding_efficiency
 from pipelines.corpus import CorpusError, ParallelCorpus, read_parallel_corpus
-from pipelines.datasets import DATASETS, corpus_files, split_subwords_by_script
+from pipelines.datasets import DATASETS, corpus_files, vocabulary_kind
 from pipelines.multi30k import Multi30k
 from pipelines.ptb import PennTreebankSample
 from pipelines.tokenizer import (
@@ -35,7 +35,7 @@ __all__ = [
     "make_translation_dataset",
     "padding_efficiency",
     "read_parallel_corpus",
-    "split_subwords_by_script",
+    "vocabulary_kind",
     "train_sentencepiece",
     "train_wordpiece",
 ]

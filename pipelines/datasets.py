@@ -17,19 +17,20 @@ from pipelines.corpus import CorpusError
 class Dataset:
     """corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
     languages: the default pair; test_split: the split results are reported on;
-    split_subwords_by_script: whether a subword may not span a change of Unicode script
-    (`pipelines.tokenizer.train_sentencepiece`)."""
+    vocabulary: the kind of its shared vocabulary, "bpe" or "word"
+    (`pipelines.tokenizer.load_or_train_tokenizer`)."""
 
     corpus_files: Callable
     languages: tuple[str, str]
     test_split: str
-    split_subwords_by_script: bool = True
+    vocabulary: str = "bpe"
 
 
 DATASETS = {
     "multi30k": Dataset(multi30k.corpus_files, ("en", "de"), "test_2016_flickr"),
-    # One piece per bracket label ("(NP"), as in Vinyals & Kaiser et al. (2015).
-    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test", False),
+    # Words, as in Vinyals & Kaiser et al. (2015): one token per input word and per output
+    # symbol ("(NP", ")", "XX").
+    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test", "word"),
 }
 
 
@@ -48,9 +49,9 @@ def default_languages(dataset) -> tuple[str, str]:
     return _dataset(dataset).languages
 
 
-def split_subwords_by_script(dataset) -> bool:
-    """The `split_by_script` of `dataset`'s subword model."""
-    return _dataset(dataset).split_subwords_by_script
+def vocabulary_kind(dataset) -> str:
+    """The `kind` of `dataset`'s shared vocabulary: "bpe" or "word"."""
+    return _dataset(dataset).vocabulary
 
 
 def default_split(dataset) -> str:

@@ -26,11 +26,23 @@ COLLINS.prm ignores (, : `` '' .), which stay as they are:
 
 Keeping those five tags makes the linearization lossless for everything the labeled bracket
 score reads (the brackets, and which words it leaves out), so a split's two text files suffice
-to score a parser. `delinearize` is the inverse given the words; `repair` turns any decoder
-output into a well-formed linearization with the right number of words.
+to score a parser.
 
-`corpus_files` writes each split as two aligned text files (`<split>.words`, `<split>.tree`)
-into a cache directory and returns their paths, as `multi30k.corpus_files` does for its files;
+A second target, "lexicalized", writes each word in place of its XX (punctuation tags stay):
+
+    → lexicalized: (S (NP Ms. Haag ) (VP plays (NP Elianti ) ) . )
+
+It departs from Vinyals & Kaiser et al. for a treebank a tenth the size of the WSJ: a decoder
+that must find the n-th input word for its n-th XX has to learn to count, while one that copies
+each word sees in its own output which word it is at (`--tgt lexicalized`; README, "Constituency
+parsing"). Both read back into the same trees.
+
+`delinearize` is the inverse given the words; `repair` turns any decoder output into a
+well-formed linearization with the right number of words.
+
+`corpus_files` writes each split as aligned text files (`<split>.words`, `<split>.tree`,
+`<split>.lexicalized`) into a cache directory and returns the paths of a source and a target,
+as `multi30k.corpus_files` does for its files;
 `PennTreebankSample` is the same data as a TensorFlow Datasets builder.
 
 Example:
@@ -70,13 +82,15 @@ DOWNLOAD_URL = (
 # Split by file number: 159 articles to train on, 20 to select on, 20 to report.
 SPLIT_FILES = {"train": (1, 159), "validation": (160, 179), "test": (180, 199)}
 SOURCE, TARGET = "words", "tree"
+LEXICALIZED = "lexicalized"  # the target with words in place of XX
+TARGETS = (TARGET, LEXICALIZED)
 TAG = "XX"  # every part-of-speech tag but punctuation (Vinyals & Kaiser et al., 2015)
 # The preterminals EVALB's COLLINS.prm deletes (DELETE_LABEL), kept in the linearization.
 PUNCTUATION_TAGS = frozenset({",", ":", "``", "''", "."})
 NONE_TAG = "-NONE-"
 # The root `repair` adds when a decoder output has none: the commonest root of the treebank.
 FALLBACK_ROOT = "S"
-FORMAT_VERSION = 1  # of the cached text files; bump it when their content changes
+FORMAT_VERSION = 2  # of the cached text files; bump it when their content changes
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "keras_transformer"
 
 
@@ -154,14 +168,17 @@ def split_treebank(data_dir) -> dict[str, list[nltk.Tree]]:
 
 
 # -- linearization ------------------------------------------------------------------------------
-# A skeleton is a tree without words: an `nltk.Tree` whose leaves are the part-of-speech tokens
-# (XX or a punctuation tag). It is what a linearization spells out, bracket for bracket.
+# A skeleton is an `nltk.Tree` whose leaves are the tokens that stand for words: XX (or, in the
+# lexicalized target, the word itself) or a punctuation tag. It is what a linearization spells
+# out, bracket for bracket.
 
 
-def _skeleton(tree: nltk.Tree):
+def _skeleton(tree: nltk.Tree, lexicalized: bool):
     if is_preterminal(tree):
-        return tree.label() if tree.label() in PUNCTUATION_TAGS else TAG
-    return nltk.Tree(tree.label(), [_skeleton(child) for child in tree])
+        if tree.label() in PUNCTUATION_TAGS:
+            return tree.label()
+        return tree[0] if lexicalized else TAG
+    return nltk.Tree(tree.label(), [_skeleton(child, lexicalized) for child in tree])
 
 
 def _tokens(skeleton) -> list[str]:
@@ -170,18 +187,20 @@ def _tokens(skeleton) -> list[str]:
     return [f"({skeleton.label()}", *(t for child in skeleton for t in _tokens(child)), ")"]
 
 
-def linearize(tree: nltk.Tree) -> str:
-    """A preprocessed tree → its target string, "(S (NP XX XX ) (VP XX ) . )"."""
+def linearize(tree: nltk.Tree, lexicalized: bool = False) -> str:
+    """A preprocessed tree → its target string, "(S (NP XX XX ) (VP XX ) . )", or with
+    `lexicalized` "(S (NP Ms. Haag ) (VP plays ) . )"."""
     if is_preterminal(tree):
         raise ValueError(f"a tree of one preterminal has no bracket to linearize: {tree}")
-    return " ".join(_tokens(_skeleton(tree)))
+    return " ".join(_tokens(_skeleton(tree, lexicalized)))
 
 
 def _parse_tokens(tokens, words=()):
     """Tokens → the forest of skeletons they spell, and what keeps it from being one tree.
 
     The forest is an `nltk.Tree` labeled "" whose children are the top-level items; the i-th
-    part-of-speech token becomes `Tree(token, [words[i]])` while there are words, else a leaf.
+    token that stands for a word becomes `Tree(tag, [words[i]])` while there are words (its
+    punctuation tag, else XX), else a leaf.
     Unmatched closing brackets are skipped; brackets left open are closed at the end.
     """
     stack = [nltk.Tree("", [])]
@@ -197,7 +216,8 @@ def _parse_tokens(tokens, words=()):
             else:
                 empty += not stack.pop()
         else:
-            stack[-1].append(nltk.Tree(token, [words[count]]) if count < len(words) else token)
+            tag = token if token in PUNCTUATION_TAGS else TAG
+            stack[-1].append(nltk.Tree(tag, [words[count]]) if count < len(words) else token)
             count += 1
     forest = stack[0]
     problems = [
@@ -217,8 +237,9 @@ def _is_preterminal_token(item) -> bool:
 
 
 def delinearize(linearized: str, words) -> nltk.Tree:
-    """A well-formed linearization and the sentence's words → the tree, POS tags as in the target
-    (XX or punctuation). Raises ValueError when `linearized` is not well-formed (see `repair`)."""
+    """A well-formed linearization (either target) and the sentence's words → the tree, its POS
+    tags XX or punctuation. The sentence gives the words, whatever a lexicalized target spells.
+    Raises ValueError when `linearized` is not well-formed (see `repair`)."""
     forest, problems = _parse_tokens(linearized.split(), list(words))
     if problems:
         raise ValueError(f"not a well-formed linearization ({'; '.join(problems)}): {linearized}")
@@ -270,36 +291,43 @@ def _archive_digest(path: Path) -> str:
 
 
 def corpus_files(data_dir, source_language=SOURCE, target_language=TARGET, cache_dir=None):
-    """`{split: (words_path, tree_path)}`, written on first use under `cache_dir`.
+    """`{split: (words_path, target_path)}`, written on first use under `cache_dir`.
 
-    The files go to `<cache_dir>/ptb-<digest of the zip>-v<FORMAT_VERSION>/<split>.{words,tree}`
+    The files go to `<cache_dir>/ptb-<digest of the zip>-v<FORMAT_VERSION>/<split>.<side>`
     (default cache directory: $KT_CACHE_DIR, else ~/.cache/keras_transformer), so the data
     directory stays as it is and a changed archive gets files of its own.
     """
-    if (source_language, target_language) != (SOURCE, TARGET):
+    if source_language != SOURCE or target_language not in TARGETS:
         raise CorpusError(
-            f"the Penn Treebank sample pairs {SOURCE!r} with {TARGET!r}, not {source_language!r} "
-            f"with {target_language!r}: train with --src {SOURCE} --tgt {TARGET}"
+            f"the Penn Treebank sample pairs {SOURCE!r} with {TARGET!r} or {LEXICALIZED!r}, not "
+            f"{source_language!r} with {target_language!r}: train with --src {SOURCE} --tgt "
+            f"{TARGET} (or --tgt {LEXICALIZED})"
         )
     archive = archive_path(data_dir)
     cache_dir = Path(cache_dir or os.environ.get("KT_CACHE_DIR") or DEFAULT_CACHE_DIR)
     directory = cache_dir / f"ptb-{_archive_digest(archive)}-v{FORMAT_VERSION}"
-    files = {
-        split: tuple(directory / f"{split}.{side}" for side in (SOURCE, TARGET))
+    sides = (SOURCE, *TARGETS)
+    if not all(
+        (directory / f"{split}.{side}").is_file() for split in SPLIT_FILES for side in sides
+    ):
+        write_corpus(split_treebank(data_dir), directory)
+    return {
+        split: (directory / f"{split}.{source_language}", directory / f"{split}.{target_language}")
         for split in SPLIT_FILES
     }
-    if not all(path.is_file() for pair in files.values() for path in pair):
-        write_corpus(split_treebank(data_dir), directory)
-    return files
 
 
 def write_corpus(splits, directory) -> None:
-    """Writes `{split: trees}` as aligned `<split>.words` / `<split>.tree` files; each file is
-    written under a temporary name and renamed, so a concurrent reader never sees half of one."""
+    """Writes `{split: trees}` as aligned `<split>.words` / `.tree` / `.lexicalized` files; each
+    is written under a temporary name and renamed, so a concurrent reader never sees half of one."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for split, trees in splits.items():
-        texts = {SOURCE: [" ".join(t.leaves()) for t in trees], TARGET: list(map(linearize, trees))}
+        texts = {
+            SOURCE: [" ".join(t.leaves()) for t in trees],
+            TARGET: [linearize(t) for t in trees],
+            LEXICALIZED: [linearize(t, lexicalized=True) for t in trees],
+        }
         for side, lines in texts.items():
             path = directory / f"{split}.{side}"
             partial = path.with_name(f"{path.name}.{os.getpid()}.partial")

@@ -99,15 +99,13 @@ def _training_text(files) -> list[str]:
     return [line for path in files for line in read_lines(path) if line]
 
 
-def train_sentencepiece(
-    files, model_path, vocab_size, model_type="bpe", split_by_script=True
-) -> Path:
+def train_sentencepiece(files, model_path, vocab_size, model_type="bpe") -> Path:
     """Trains a shared SentencePiece model on all lines of `files` (both languages).
 
-    `split_by_script=False` lets a piece span a change of Unicode script. A linearized parse
-    tree needs it: its bracket labels ("(NP": punctuation, then Latin letters) are then learned
-    as one piece each, as the output symbols of Vinyals & Kaiser et al. (2015) are, instead of
-    two ("▁(", "NP"), which makes the targets a quarter shorter.
+    `model_type="word"` keeps the `vocab_size` commonest whitespace-separated words whole and
+    maps the rest to UNK: the vocabulary of Vinyals & Kaiser et al. (2015) for parsing, whose
+    output symbols ("(NP", ")", "XX") are words, and whose decoder must find the n-th input
+    word for its n-th "XX": one token per word keeps that alignment one to one.
     """
     import sentencepiece
 
@@ -126,7 +124,6 @@ def train_sentencepiece(
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             unk_id=UNK_ID,
-            split_by_unicode_script=split_by_script,
             num_threads=2,
             minloglevel=2,
         )
@@ -151,16 +148,17 @@ def train_wordpiece(files, vocab_path, vocab_size) -> Path:
     return vocab_path
 
 
-def load_or_train_tokenizer(
-    path, files, vocab_size, kind="bpe", split_by_script=True
-) -> SubwordTokenizer:
-    """The tokenizer at `path`, trained on `files` first if the file does not exist yet
-    (`split_by_script`: see `train_sentencepiece`; WordPiece ignores it)."""
+def load_or_train_tokenizer(path, files, vocab_size, kind="bpe") -> SubwordTokenizer:
+    """The tokenizer at `path`, trained on `files` first if the file does not exist yet.
+
+    `kind`: "bpe" or "word" (SentencePiece's `model_type`, see `train_sentencepiece`), or
+    "wordpiece" (`train_wordpiece`).
+    """
     path = Path(path)
     if not path.exists():
         logger.info("training a %s vocabulary of %d on %s", kind, vocab_size, list(map(str, files)))
         if kind == "wordpiece":
             train_wordpiece(files, path, vocab_size)
         else:
-            train_sentencepiece(files, path, vocab_size, kind, split_by_script)
+            train_sentencepiece(files, path, vocab_size, kind)
     return SubwordTokenizer(path)

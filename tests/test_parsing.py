@@ -55,6 +55,17 @@ def test_parse_scores_repair_what_they_score():
     )
 
 
+def test_a_lexicalized_parse_scores_as_its_xx_form_whatever_words_it_copies():
+    sentences = ["Rain fell hard .", "It stopped ."]
+    references = ["(S (NP Rain ) (VP fell (ADVP hard ) ) . )", "(S (NP XX ) (VP XX ) . )"]
+    lexicalized = ["(S (NP Rain ) (VP fell hard ) . )", "(S (NP Is ) (VP stopped ) . )"]
+    xx_form = ["(S (NP XX ) (VP XX XX ) . )", "(S (NP XX ) (VP XX ) . )"]
+    assert parse_scores(sentences, lexicalized, references) == parse_scores(
+        sentences, xx_form, references
+    )
+    assert present("It stopped .", lexicalized[1]) == "(S (NP (XX It)) (VP (XX stopped)) (. .))"
+
+
 def test_translate_prints_the_repaired_tree_over_the_words():
     assert (
         present("Rain fell .", "(S (NP XX ) (VP XX ) . )")

@@ -11,7 +11,7 @@ from pipelines import (
     CorpusError,
     corpus_files,
     load_or_train_tokenizer,
-    split_subwords_by_script,
+    vocabulary_kind,
 )
 from pipelines.corpus import read_lines
 from pipelines.ptb import (
@@ -26,6 +26,7 @@ from pipelines.ptb import (
     strip_function_tags,
 )
 from pipelines.ptb import corpus_files as ptb_corpus_files
+from pipelines.tokenizer import UNK_ID
 
 SIZES = {"train": 3396, "validation": 273, "test": 245}
 
@@ -82,10 +83,11 @@ def tags_as_linearized(t):
     return nltk.Tree(t.label(), [tags_as_linearized(child) for child in t])
 
 
-def test_every_tree_of_the_sample_round_trips(ptb_splits):
+@pytest.mark.parametrize("lexicalized", [False, True])
+def test_every_tree_of_the_sample_round_trips(ptb_splits, lexicalized):
     longest = 0
     for t in (t for split in ptb_splits.values() for t in split):
-        linearized = linearize(t)
+        linearized = linearize(t, lexicalized)
         assert delinearize(linearized, t.leaves()) == tags_as_linearized(t)
         assert repair(linearized, len(t.leaves())) == (linearized, False)
         longest = max(longest, len(linearized.split()))
@@ -95,6 +97,7 @@ def test_every_tree_of_the_sample_round_trips(ptb_splits):
 def test_the_linearization_of_vinyals_and_kaiser():
     t = tree("(S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .))")
     assert linearize(t) == "(S (NP XX ) (VP XX (NP XX XX ) ) . )"
+    assert linearize(t, lexicalized=True) == "(S (NP John ) (VP has (NP a dog ) ) . )"
     with pytest.raises(ValueError, match="one preterminal"):
         linearize(tree("(NN dog)"))
 
@@ -154,6 +157,10 @@ def test_corpus_files_are_written_once_aligned_and_cached(ptb_dir, ptb_splits, c
         assert len(sources) == len(targets) == SIZES[split]
         assert sources[0] == " ".join(ptb_splits[split][0].leaves())
         assert targets[0] == linearize(ptb_splits[split][0])
+    lexicalized = ptb_corpus_files(ptb_dir, "words", "lexicalized", cache_dir=cache_dir)
+    for split, (words, trees) in lexicalized.items():
+        assert words == files[split][0]
+        assert read_lines(trees)[-1] == linearize(ptb_splits[split][-1], lexicalized=True)
     written = {path: path.stat().st_mtime_ns for pair in files.values() for path in pair}
     assert ptb_corpus_files(ptb_dir, cache_dir=cache_dir) == files
     assert {path: path.stat().st_mtime_ns for path in written} == written
@@ -163,6 +170,8 @@ def test_the_trainer_finds_the_dataset_by_name(ptb_dir, cached, tmp_path, monkey
     cache_dir, files = cached
     monkeypatch.setenv("KT_CACHE_DIR", str(cache_dir))
     assert corpus_files("ptb", ptb_dir, "words", "tree") == files
+    lexicalized = corpus_files("ptb", ptb_dir, "words", "lexicalized")
+    assert lexicalized["test"][1].name == "test.lexicalized"
     with pytest.raises(CorpusError, match="--src words --tgt tree"):
         corpus_files("ptb", ptb_dir, "en", "de")
     with pytest.raises(CorpusError, match="treebank.zip"):
@@ -171,16 +180,17 @@ def test_the_trainer_finds_the_dataset_by_name(ptb_dir, cached, tmp_path, monkey
         corpus_files("wsj", ptb_dir, "words", "tree")
 
 
-def test_subwords_keep_each_bracket_label_whole(cached, tmp_path):
-    """The ptb dataset's subword model learns "(NP" as one piece (Vinyals & Kaiser et al.'s
-    output symbols); SentencePiece's default, splitting at a change of script, would not."""
+def test_vocabulary_has_one_token_per_word_and_tree_symbol(cached, tmp_path):
+    """The ptb dataset's vocabulary is Vinyals & Kaiser et al.'s: words. Each input word and
+    each output symbol ("(NP", ")", "XX") is one token, so the n-th "XX" of a tree lines up
+    with the n-th token of its sentence; a word outside the vocabulary is one UNK."""
     files = cached[1]["train"]
+    path = tmp_path / "words.model"
+    tokenizer = load_or_train_tokenizer(path, files, 1000, kind=vocabulary_kind("ptb"))
     tree = "(S (NP XX XX ) (VP XX (PP XX (NP XX ) ) ) . )"
+    sentence = "The company said Zyxwvut rose 4.5 % ."
+    tree_ids, sentence_ids = tokenizer.tokenize(tf.constant([tree, sentence])).numpy()
 
-    def pieces(split_by_script):
-        path = tmp_path / f"split-{split_by_script}.model"
-        tokenizer = load_or_train_tokenizer(path, files, 1000, split_by_script=split_by_script)
-        return tokenizer.pieces(tokenizer.tokenize(tf.constant([tree]))[0].numpy())
-
-    assert pieces(split_subwords_by_script("ptb")) == ["▁" + token for token in tree.split()]
-    assert pieces(True)[:4] == ["▁(", "S", "▁(", "NP"]
+    assert tokenizer.pieces(tree_ids) == ["▁" + token for token in tree.split()]
+    assert len(sentence_ids) == len(sentence.split())
+    assert sentence_ids[3] == UNK_ID and UNK_ID not in sentence_ids[:3]
