@@ -8,8 +8,9 @@ only and the semi-supervised setting."
 Nothing here is a second model: the Transformer and the `train` command are the translation
 ones, on `pipelines.ptb` (sentences in, linearized trees out). What parsing adds is at the output.
 Each decoded string is repaired into a well-formed tree of the sentence's words
-(`pipelines.ptb.repair`), the share of strings that needed it is reported as the repair rate, and
-the trees are scored with EVALB's labeled brackets (`keras_transformer.evalb`).
+(`pipelines.ptb.repair`, after `pipelines.ptb.align_leaves` for a lexicalized output), the share
+of strings that needed it is reported as the repair rate, and the trees are scored with EVALB's
+labeled brackets (`keras_transformer.evalb`).
 
 Example:
 >>> scores = parse_scores(
@@ -23,7 +24,7 @@ Example:
 import sys
 
 from keras_transformer.evalb import corpus_score
-from pipelines.ptb import delinearize, repair
+from pipelines.ptb import align_leaves, delinearize, repair
 
 # §6.3's search: beam 21, α = 0.3, outputs up to input length + 300 (capped by max_length).
 SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_length": 300}
@@ -42,8 +43,9 @@ def hypothesis_trees(sentences, hypotheses):
 def repaired_tree(sentence, hypothesis):
     """A decoded string → (the repaired tree over the sentence's words, whether it changed)."""
     words = sentence.split()
-    linearized, changed = repair(hypothesis, len(words))
-    return delinearize(linearized, words), changed
+    aligned = align_leaves(hypothesis, words)
+    linearized, changed = repair(aligned, len(words))
+    return delinearize(linearized, words), changed or aligned != " ".join(hypothesis.split())
 
 
 def present(sentence, hypothesis) -> str:

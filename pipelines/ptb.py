@@ -88,6 +88,7 @@ TAG = "XX"  # every part-of-speech tag but punctuation (Vinyals & Kaiser et al.,
 # The preterminals EVALB's COLLINS.prm deletes (DELETE_LABEL), kept in the linearization.
 PUNCTUATION_TAGS = frozenset({",", ":", "``", "''", "."})
 NONE_TAG = "-NONE-"
+UNKNOWN_WORD = "\u2047"  # "⁇": how SentencePiece detokenizes UNK, in a lexicalized output
 # The root `repair` adds when a decoder output has none: the commonest root of the treebank.
 FALLBACK_ROOT = "S"
 FORMAT_VERSION = 2  # of the cached text files; bump it when their content changes
@@ -244,6 +245,76 @@ def delinearize(linearized: str, words) -> nltk.Tree:
     if problems:
         raise ValueError(f"not a well-formed linearization ({'; '.join(problems)}): {linearized}")
     return forest[0]
+
+
+def _is_word_token(token: str) -> bool:
+    return not token.startswith("(") and token != ")"
+
+
+def _leaf_matches(token: str, word: str) -> bool:
+    """Whether a decoded leaf can stand for `word`: the word itself, the decoder's unknown word
+    (SentencePiece writes UNK as ⁇), or a punctuation tag for a word without letters or digits."""
+    if token in (word, UNKNOWN_WORD):
+        return True
+    return token in PUNCTUATION_TAGS and not any(c.isalnum() for c in word)
+
+
+def align_leaves(linearized: str, words) -> str:
+    """A lexicalized output's leaves aligned to the sentence's words, brackets left as they are.
+
+    A decoder that copies words sometimes skips one or writes one twice. Left to `repair`, a
+    skipped word would be appended to the root and every word after it would shift into the
+    constituent of its predecessor. Here the leaves are aligned to `words` by edit distance (a
+    leaf matches the word it spells, see `_leaf_matches`; substituting one word for another
+    costs 1, as does a leaf or word left over): a leftover leaf is dropped, and a skipped word
+    becomes an XX right after the leaf before it. An output in the XX form (no leaf spells a
+    word) comes back unchanged.
+    """
+    tokens = linearized.split()
+    leaf_positions = [i for i, token in enumerate(tokens) if _is_word_token(token)]
+    if all(tokens[i] == TAG or tokens[i] in PUNCTUATION_TAGS for i in leaf_positions):
+        return linearized
+    kept, inserted_after = _edit_alignment([tokens[i] for i in leaf_positions], list(words))
+    leaf_at = {position: leaf for leaf, position in enumerate(leaf_positions)}
+    aligned = []
+    for position, token in enumerate(tokens):
+        leaf = leaf_at.get(position)
+        if leaf is None:
+            aligned.append(token)
+            continue
+        if leaf == 0:
+            aligned += [TAG] * inserted_after.get(-1, 0)
+        if leaf in kept:
+            aligned.append(token)
+        aligned += [TAG] * inserted_after.get(leaf, 0)
+    return " ".join(aligned)
+
+
+def _edit_alignment(leaves, words):
+    """Least-cost alignment of `leaves` to `words`: (indices of the leaves kept, {leaf index:
+    how many words go right after it}, -1 for before the first leaf)."""
+    rows, columns = len(leaves) + 1, len(words) + 1
+    cost = [[i + j if i == 0 or j == 0 else 0 for j in range(columns)] for i in range(rows)]
+    for i in range(1, rows):
+        for j in range(1, columns):
+            substitute = cost[i - 1][j - 1] + (not _leaf_matches(leaves[i - 1], words[j - 1]))
+            cost[i][j] = min(substitute, cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+    kept, inserted_after = set(), {}
+    i, j = len(leaves), len(words)
+    while i or j:  # back from the end; ties prefer keeping a leaf, then dropping one
+        if (
+            i
+            and j
+            and cost[i][j] == cost[i - 1][j - 1] + (not _leaf_matches(leaves[i - 1], words[j - 1]))
+        ):
+            kept.add(i - 1)
+            i, j = i - 1, j - 1
+        elif i and cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        else:
+            inserted_after[i - 1] = inserted_after.get(i - 1, 0) + 1
+            j -= 1
+    return kept, inserted_after
 
 
 def repair(linearized: str, num_words: int) -> tuple[str, bool]:

@@ -17,6 +17,7 @@ from pipelines.corpus import read_lines
 from pipelines.ptb import (
     PUNCTUATION_TAGS,
     TAG,
+    align_leaves,
     delinearize,
     file_number,
     linearize,
@@ -131,6 +132,39 @@ def test_repair_makes_any_token_sequence_a_tree_of_the_words():
         repaired, _ = repair(tokens, len(words))
         assert delinearize(repaired, words).leaves() == words
         assert repair(repaired, len(words)) == (repaired, False)
+
+
+@pytest.mark.parametrize(
+    "decoded, sentence, aligned",
+    [
+        # A skipped word goes right after the leaf before it, not to the end of the root.
+        ("(S (NP a net loss ) . )", "a third-quarter net loss .", "(S (NP a XX net loss ) . )"),
+        ("(S (VP fell ) . )", "Rain fell .", "(S (VP XX fell ) . )"),  # before the first leaf
+        ("(S (NP it ) (VP said said ) . )", "it said .", "(S (NP it ) (VP said ) . )"),  # twice
+        # The unknown word, punctuation tags and a miscopied word each stand for one word.
+        ("(S (NP ⁇ ) (VP fall ) . )", "Rain fell !", "(S (NP ⁇ ) (VP fall ) . )"),
+        ("(S (NP XX ) (VP XX ) )", "Rain fell .", "(S (NP XX ) (VP XX ) )"),  # XX form: as is
+    ],
+)
+def test_align_leaves_puts_each_word_of_a_lexicalized_output_in_its_place(
+    decoded, sentence, aligned
+):
+    assert align_leaves(decoded, sentence.split()) == aligned
+
+
+def test_aligned_lexicalized_outputs_have_one_leaf_per_word():
+    rng = random.Random(11)
+    words = "the cat sat on a mat with ⁇ and , it purred .".split()
+    vocabulary = ["(S", "(NP", "(VP", ")", ")", *words]
+    for _ in range(300):
+        sentence = rng.sample(words[:8], rng.randrange(1, 8))
+        tokens = " ".join(rng.choices(vocabulary, k=rng.randrange(1, 25)))
+        aligned = align_leaves(tokens, sentence)
+        leaves = [t for t in aligned.split() if not t.startswith("(") and t != ")"]
+        if any(t not in (TAG, *PUNCTUATION_TAGS) for t in tokens.split() if t in words):
+            assert len(leaves) == len(sentence)
+        repaired, _ = repair(aligned, len(sentence))
+        assert delinearize(repaired, sentence).leaves() == sentence
 
 
 def test_delinearize_names_what_is_ill_formed():
