@@ -1,4 +1,4 @@
-"""Learning curves of a run: loss and validation BLEU against wall-clock minutes.
+"""Learning curves of a run: loss and validation BLEU (or parsing F1) against wall-clock minutes.
 
 Reads the run's `metrics.jsonl` (written by `callbacks.MetricsJsonl`). Each training process
 counts its time from its own start, so a resumed run restarts the clock; the segments are laid
@@ -37,21 +37,26 @@ def read_metrics(path) -> list[dict]:
 
 
 def plot_learning_curve(metrics_path, output_path, title=None) -> Path:
-    """Draws training/validation loss and greedy validation BLEU against minutes into a PNG."""
+    """Draws training/validation loss and greedy validation BLEU (a parsing run's: F1) against
+    minutes into a PNG."""
     records = read_metrics(metrics_path)
 
     def series(kind, key):
         points = [(r["minutes"], r[key]) for r in records if r["kind"] == kind and key in r]
         return tuple(zip(*points, strict=True)) if points else ((), ())
 
-    figure, (loss_axis, bleu_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    figure, (loss_axis, score_axis) = plt.subplots(1, 2, figsize=(11, 4))
     loss_axis.plot(*series("train", "loss"), label="training loss (running mean of the epoch)")
     loss_axis.plot(*series("epoch", "val_loss"), "o-", label="validation loss")
     loss_axis.set(xlabel="training minutes", ylabel="label-smoothed cross entropy")
     loss_axis.legend()
-    bleu_axis.plot(*series("bleu", "val_bleu"), "o-", color="tab:green")
-    bleu_axis.set(xlabel="training minutes", ylabel="greedy validation sacreBLEU")
-    for axis in (loss_axis, bleu_axis):
+    if any(r["kind"] == "parsing" for r in records):
+        score_axis.plot(*series("parsing", "val_f1"), "o-", color="tab:green")
+        score_axis.set(xlabel="training minutes", ylabel="greedy validation F1 (EVALB)")
+    else:
+        score_axis.plot(*series("bleu", "val_bleu"), "o-", color="tab:green")
+        score_axis.set(xlabel="training minutes", ylabel="greedy validation sacreBLEU")
+    for axis in (loss_axis, score_axis):
         axis.grid(alpha=0.3)
     if title:
         figure.suptitle(title)

@@ -29,8 +29,15 @@ def test_resumed_segments_are_laid_end_to_end(tmp_path):
     assert minutes == pytest.approx([1.0, 2.0, 130 / 60, (130 + 30) / 60, (130 + 90) / 60])
 
 
-def test_curve_command_writes_a_png(tmp_path):
-    write_records(tmp_path / "metrics.jsonl", SEGMENTS)
+PARSING = [
+    {"kind": "epoch", "step": 66, "time": 300.0, "loss": 5.2, "val_loss": 3.4},
+    {"kind": "parsing", "step": 500, "time": 1200.0, "val_f1": 11.2},
+]
+
+
+@pytest.mark.parametrize("records", [SEGMENTS, PARSING], ids=["translation", "parsing"])
+def test_curve_command_writes_a_png(tmp_path, records):
+    write_records(tmp_path / "metrics.jsonl", records)
     assert main(["curve", str(tmp_path)]) in (0, None)
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
