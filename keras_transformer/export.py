@@ -19,9 +19,9 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
 
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
-`pipelines.ptb.repair`); TensorFlow Serving
-requires every input of a signature, so the search settings get a signature of their own rather
-than optional inputs. Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
+`keras_transformer.parsing.repaired_tree`); TensorFlow Serving requires every input of a
+signature, so the search settings get a signature of their own rather than optional inputs.
+Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
 Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
 
