@@ -61,15 +61,24 @@ class SubwordTokenizer(tf.Module):
                 vocab=vocabulary, unknown_token="[UNK]", support_detokenization=True
             )
             self.vocab_size = len(vocabulary)
+            self.one_id_per_word = False
         else:
             self.kind = "sentencepiece"
-            self._tokenizer = tf_text.SentencepieceTokenizer(
-                model=self.path.read_bytes(), out_type=tf.int32
-            )
+            model = self.path.read_bytes()
+            self._tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
             self.vocab_size = int(self._tokenizer.vocab_size())
+            self.one_id_per_word = is_word_model(model)
 
     def tokenize(self, strings):
-        """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS."""
+        """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS.
+
+        A word model gives one id per whitespace-separated word, an unknown one included.
+        """
+        if self.one_id_per_word:
+            # SentencePiece merges a run of unknown words into one <unk> ("Pierre Vinken" →
+            # one id), which would lose the parser its word count; word by word, it cannot.
+            words = tf.strings.split(strings)
+            return self._tokenizer.tokenize(words).merge_dims(-2, -1)
         return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
 
     def pieces(self, ids) -> list[str]:
@@ -93,6 +102,15 @@ class SubwordTokenizer(tf.Module):
         ids = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
         words = self._tokenizer.detokenize(ids)
         return words if words.shape.rank == 1 else tf.strings.reduce_join(words, -1, separator=" ")
+
+
+def is_word_model(model: bytes) -> bool:
+    """Whether a serialized SentencePiece model has `model_type=word`."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    return proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.WORD
 
 
 def _training_text(files) -> list[str]:

@@ -4,7 +4,15 @@ import unicodedata
 
 import tensorflow as tf
 
-from pipelines import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer, train_wordpiece
+from pipelines import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    SubwordTokenizer,
+    train_sentencepiece,
+    train_wordpiece,
+)
 from pipelines.corpus import read_lines
 
 
@@ -55,3 +63,17 @@ def test_wordpiece_vocabulary_and_round_trip(tmp_path, train_slice, multi30k_dir
     # WordPiece keeps every character but not the spacing around punctuation.
     assert ["".join(r.split()) for r in restored] == ["".join(s.split()) for s in lines]
     assert wordpiece.vocab_size <= 1500 + 4
+
+
+def test_word_model_gives_one_id_per_word_even_to_a_run_of_unknown_words(tmp_path, train_slice):
+    # SentencePiece alone turns the three unknown words below into a single <unk>.
+    path = train_sentencepiece(train_slice, tmp_path / "words.model", 1000, model_type="word")
+    words = SubwordTokenizer(path)
+    a, dog, runs = words.tokenize(tf.constant(["A dog runs"])).to_list()[0]
+    assert min(a, dog, runs) > UNK_ID
+    sentences = ["A dog Xyzzy Plugh Quux runs", "Xyzzy  Plugh", ""]
+    expected = [[a, dog, UNK_ID, UNK_ID, UNK_ID, runs], [UNK_ID, UNK_ID], []]
+    assert words.tokenize(tf.constant(sentences)).to_list() == expected
+    in_graph = tf.function(words.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    assert in_graph(tf.constant(sentences)).to_list() == expected
+    assert words.tokenize(tf.constant(sentences[0])).numpy().tolist() == expected[0]
