@@ -99,11 +99,22 @@ def _search(args, defaults) -> dict:
     return {name: defaults[name] if value is None else value for name, value in given.items()}
 
 
-def _translate(args):
+def _load_translator(args):
+    """The `Translator` of `translate` and `evaluate` (`--well-formed`: lexicalized parsers)."""
     from keras_transformer.translator import load_run
 
+    target = _run_settings(args.model).get("target_language")
+    if args.well_formed and target != "lexicalized":
+        raise SystemExit(
+            f"--well-formed needs a parser trained with --tgt lexicalized; {args.model} has "
+            f"target {target!r}"
+        )
+    return load_run(args.model, args.weights, args.jit_compile, args.well_formed)
+
+
+def _translate(args):
     scoring = _task(args.model)
-    translator = load_run(args.model, args.weights, args.jit_compile)
+    translator = _load_translator(args)
     lines = _read_input(args.input)
     translations = translator.translate(lines, **_search(args, scoring.search))
     text = "".join(scoring.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
@@ -130,7 +141,6 @@ def _read_input(path):
 
 def _evaluate(args):
     from keras_transformer.evaluation import evaluate_corpus, task
-    from keras_transformer.translator import load_run
     from pipelines import corpus_files
     from pipelines.datasets import default_split
 
@@ -149,7 +159,7 @@ def _evaluate(args):
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
     scoring = task(dataset, target)
     search = _search(args, scoring.search)
-    translator = load_run(args.model, args.weights, args.jit_compile)
+    translator = _load_translator(args)
     scores = evaluate_corpus(
         translator,
         *files[split],
@@ -232,6 +242,11 @@ def _add_search_arguments(parser):
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument(
+        "--well-formed",
+        action="store_true",
+        help="parsing with --tgt lexicalized: search only well-formed trees of the input's words",
+    )
 
 
 def _add_decoding(commands):

@@ -147,7 +147,7 @@ def never_pad_or_bos(symbols_to_logits):
     return restricted
 
 
-def _search_inputs(model, source_ids, extra_length, copies, cached):
+def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     encoder_output, source_mask = model.encode(source_ids, training=False)
     if not isinstance(copies, int) or copies > 1:  # hypothesis k of sentence b: row b*copies+k
@@ -156,15 +156,26 @@ def _search_inputs(model, source_ids, extra_length, copies, cached):
     length = max_decode_length(model, source_ids, extra_length)
     make_step = cached_step if cached else uncached_step
     step_fn, cache = make_step(model, encoder_output, source_mask, length)
-    first_ids = tf.fill([tf.shape(source_ids)[0]], BOS_ID)
+    step_fn = never_pad_or_bos(step_fn)
     limits = max_output_lengths(source_ids, extra_length, length)
-    return never_pad_or_bos(step_fn), first_ids, cache, length, limits
+    if constraint is not None:
+        rows = tf.repeat(source_ids, copies, axis=0), tf.repeat(limits, copies, axis=0)
+        step_fn, cache = constraint(step_fn, cache, *rows)
+    first_ids = tf.fill([tf.shape(source_ids)[0]], BOS_ID)
+    return step_fn, first_ids, cache, length, limits
 
 
-def greedy_decode(model, source_ids, extra_length=EXTRA_LENGTH, cached=True) -> GreedyResult:
-    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0)."""
+def greedy_decode(
+    model, source_ids, extra_length=EXTRA_LENGTH, cached=True, constraint=None
+) -> GreedyResult:
+    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0).
+
+    `constraint`: optional `(symbols_to_logits, cache, source_ids, max_lengths) ->
+    (symbols_to_logits, cache)` that restricts the outputs, such as
+    `tree_constraint.WellFormedTrees`.
+    """
     step_fn, first_ids, cache, length, limits = _search_inputs(
-        model, source_ids, extra_length, 1, cached
+        model, source_ids, extra_length, 1, cached, constraint
     )
     return greedy_search(step_fn, first_ids, cache, length, limits)
 
@@ -176,9 +187,11 @@ def beam_decode(
     alpha=ALPHA,
     extra_length=EXTRA_LENGTH,
     cached=True,
+    constraint=None,
 ) -> BeamSearchResult:
-    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0)."""
+    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `constraint` as
+    for `greedy_decode`, with one source row per hypothesis."""
     step_fn, first_ids, cache, length, limits = _search_inputs(
-        model, source_ids, extra_length, beam_size, cached
+        model, source_ids, extra_length, beam_size, cached, constraint
     )
     return beam_search(step_fn, first_ids, cache, beam_size, alpha, length, limits)

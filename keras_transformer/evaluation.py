@@ -116,11 +116,17 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
     hypotheses = translator.translate(sources, **search)
     seconds = time.perf_counter() - start
     scores = score(sources, hypotheses, references)
-    scores.update(search, source=str(source_path), decode_seconds=round(seconds, 2))
+    well_formed = translator.constraint is not None
+    scores.update(
+        search,
+        source=str(source_path),
+        decode_seconds=round(seconds, 2),
+        well_formed_trees=well_formed,
+    )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     split = Path(source_path).name.split(".")[0]
-    stem = f"{split}.beam{search.get('beam_size', 4)}"
+    stem = f"{split}.beam{search.get('beam_size', 4)}" + (".well_formed" if well_formed else "")
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores

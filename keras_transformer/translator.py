@@ -27,6 +27,7 @@ from keras_transformer.checkpoint_averaging import load_weights_checked
 from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode, greedy_decode
 from keras_transformer.transformer import Transformer
+from keras_transformer.tree_constraint import WellFormedTrees
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
 logger = logging.getLogger(__name__)
@@ -42,22 +43,29 @@ class Translator:
         model: a trained `Transformer`.
         tokenizer: the `SubwordTokenizer` it was trained with.
         jit_compile: compile the search with XLA (one compilation per padded batch shape).
+        constraint: optional restriction of the search's outputs (see `decoding.greedy_decode`),
+            such as `tree_constraint.WellFormedTrees`.
     """
 
-    def __init__(self, model: Transformer, tokenizer: SubwordTokenizer, jit_compile=False):
+    def __init__(
+        self, model: Transformer, tokenizer: SubwordTokenizer, jit_compile=False, constraint=None
+    ):
         self.model = model
         self.tokenizer = tokenizer
+        self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
         self._greedy = tf.function(self._greedy_ids, jit_compile=jit_compile)
         self._beam = tf.function(self._beam_ids, jit_compile=jit_compile)
 
     def _greedy_ids(self, source_ids, extra_length):
-        result = greedy_decode(self.model, source_ids, extra_length)
+        result = greedy_decode(self.model, source_ids, extra_length, constraint=self.constraint)
         return result.ids, result.log_probs
 
     def _beam_ids(self, source_ids, beam_size, alpha, extra_length):
-        result = beam_decode(self.model, source_ids, beam_size, alpha, extra_length)
+        result = beam_decode(
+            self.model, source_ids, beam_size, alpha, extra_length, constraint=self.constraint
+        )
         return result.ids[:, 0], result.scores[:, 0]
 
     def decode_ids(self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH):
@@ -146,8 +154,12 @@ def run_weights(run_dir: Path) -> Path:
     raise CheckpointError(f"no weights in {run_dir} (averaged*, model.weights.h5, checkpoints/)")
 
 
-def load_run(run_dir, weights=None, jit_compile=False) -> Translator:
-    """A `Translator` from a training run directory (config.json, subwords.model, weights)."""
+def load_run(run_dir, weights=None, jit_compile=False, well_formed_trees=False) -> Translator:
+    """A `Translator` from a training run directory (config.json, subwords.model, weights).
+
+    `well_formed_trees`: search only well-formed trees of the input's words
+    (`tree_constraint.WellFormedTrees`; for a parser trained on the lexicalized target).
+    """
     run_dir = Path(run_dir)
     config_path = run_dir / "config.json"
     if not config_path.is_file():
@@ -156,6 +168,8 @@ def load_run(run_dir, weights=None, jit_compile=False) -> Translator:
     weights = Path(weights) if weights else run_weights(run_dir)
     load_weights_checked(model, weights)
     logger.info("loaded %s", weights)
-    translator = Translator(model, SubwordTokenizer(run_dir / "subwords.model"), jit_compile)
+    tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    constraint = WellFormedTrees.from_tokenizer(tokenizer) if well_formed_trees else None
+    translator = Translator(model, tokenizer, jit_compile, constraint)
     translator.weights_path = weights
     return translator

@@ -109,6 +109,8 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
 
     with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
         cli.main(["evaluate", "--model", str(run), "--dataset", "multi30k"])
+    with pytest.raises(SystemExit, match="--well-formed needs a parser trained with --tgt lex"):
+        cli.main(["evaluate", "--model", str(run), "--well-formed"])
 
     # `translate` prints trees over the input's words, however ill-formed the decoded strings.
     sentences = ["Rain fell .", "Ms. Haag plays Elianti ."]
@@ -138,3 +140,31 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
     )
     assert default["translations"].numpy().tolist() == explicit["translations"].numpy().tolist()
     np.testing.assert_allclose(default["scores"], explicit["scores"], rtol=1e-6)
+
+
+def test_a_lexicalized_parser_searches_only_well_formed_trees(
+    ptb_slice, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    cli.main(
+        [
+            *("train", "--dataset", "ptb", "--tgt", "lexicalized", "--data-dir", str(ptb_slice)),
+            *("--output", str(run), "--preset", "tiny", "--set", "vocab_size=300"),
+            *("--set", "max_length=160", "--batch-tokens", "1024", "--max-steps", "1"),
+        ]
+    )
+    evaluate = ["evaluate", "--model", str(run), "--beam", "2"]
+    cli.main(evaluate)
+    cli.main([*evaluate, "--well-formed"])
+    assert "repaired 0/3 (0.0%)" in capsys.readouterr().out.splitlines()[-1]
+    directory = run / "eval" / "model"
+    free = json.loads((directory / "test.beam2.scores.json").read_text())
+    constrained = json.loads((directory / "test.beam2.well_formed.scores.json").read_text())
+    assert (free["well_formed_trees"], constrained["well_formed_trees"]) == (False, True)
+    # Untrained, the free search writes no tree; every constrained output is one as decoded.
+    assert free["repaired"] == 3 and constrained["repaired"] == 0
+    (sentences,) = (tmp_path / "cache").glob("*/test.words")
+    hypotheses = (directory / "test.beam2.well_formed.hyp").read_text().splitlines()
+    for sentence, hypothesis in zip(sentences.read_text().splitlines(), hypotheses, strict=True):
+        assert len(nltk.Tree.fromstring(hypothesis).leaves()) == len(sentence.split())

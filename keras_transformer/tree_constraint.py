@@ -1,0 +1,136 @@
+"""Searching only well-formed trees of the input's words, for a lexicalized parsing target.
+
+Beyond the paper. §6.3 decodes parse trees freely, as translations are; a decoded string that is
+not a tree of the sentence is repaired afterwards (`pipelines.ptb.repair`). With the lexicalized
+target (`(S (NP Ms. Haag ) (VP plays ) . )`: every leaf is the input word itself, one id per
+word in the shared word vocabulary) the search can instead be kept to prefixes of well-formed
+trees, so that nothing needs repair: after each prefix the only tokens allowed are
+
+- an opening bracket `(X`, while words remain to be written and the hypothesis' length limit
+  still leaves room to write them, close every bracket and end (a model may otherwise nest
+  brackets until the limit, as an untrained one does);
+- the next input word (its source id: source and target share the vocabulary), inside the root;
+- `)`, closing a constituent that holds something, the root only after the last word;
+- EOS, once the root is closed and every word written.
+
+Every other token's logit is set to `NEG_INF`, so the search renormalizes over the allowed ones
+(as `decoding.never_pad_or_bos` does for PAD and BOS). The state of each hypothesis (words
+written, brackets open) travels in the search's cache, so beam search reorders it with the
+hypotheses and greedy search carries it along.
+
+Example:
+>>> import numpy as np
+>>> from keras_transformer import Transformer, TransformerConfig
+>>> from keras_transformer.decoding import greedy_decode
+>>> model = Transformer(TransformerConfig.preset("tiny"))
+>>> trees = WellFormedTrees(open_ids=[5, 6], close_id=4)
+>>> ids = greedy_decode(model, np.array([[9, 8, 2]]), extra_length=20, constraint=trees).ids
+>>> trees.is_well_formed(ids[0].numpy().tolist(), words=[9, 8])
+True
+"""
+
+import tensorflow as tf
+
+from keras_transformer.beam_search import NEG_INF
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+SPECIAL_IDS = (PAD_ID, BOS_ID, EOS_ID)
+
+
+class WellFormedTrees:
+    """The constraint `decoding.greedy_decode` and `decoding.beam_decode` take as `constraint`.
+
+    Args:
+        open_ids: the ids of the opening brackets (`(S`, `(NP`, ...).
+        close_id: the id of `)`.
+    """
+
+    def __init__(self, open_ids, close_id):
+        self.open_ids = sorted(set(open_ids))
+        self.close_id = close_id
+        if close_id in self.open_ids or not self.open_ids:
+            raise ValueError(f"need opening brackets apart from `)`: {self.open_ids}, {close_id}")
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer):
+        """Finds the brackets in a word vocabulary (`pipelines.ptb`'s symbols, one id each)."""
+        pieces = [p.lstrip("▁") for p in tokenizer.pieces(range(tokenizer.vocab_size))]
+        if ")" not in pieces:
+            raise ValueError(f"{tokenizer.path} has no `)` token: is it a parser's vocabulary?")
+        opens = [i for i, p in enumerate(pieces) if p.startswith("(") and len(p) > 1]
+        return cls(opens, pieces.index(")"))
+
+    def is_well_formed(self, ids, words) -> bool:
+        """Whether `ids` (EOS and PAD after it allowed) is a tree whose leaves are `words`."""
+        ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
+        depth, leaves, after_open = 0, [], False
+        for position, token in enumerate(ids):
+            if token in self.open_ids:
+                if position > 0 and depth == 0:
+                    return False  # a second root
+                depth, after_open = depth + 1, True
+                continue
+            if token == self.close_id:
+                if depth == 0 or after_open:
+                    return False
+                depth -= 1
+            elif depth == 0:
+                return False  # a word outside the root
+            else:
+                leaves.append(token)
+            after_open = False
+        return depth == 0 and leaves == list(words) and bool(ids)
+
+    def __call__(self, symbols_to_logits, cache, source_ids, max_lengths):
+        """Wraps a search's step function.
+
+        Args:
+            symbols_to_logits, cache: the search's step function and its initial cache.
+            source_ids: int `[rows, source_length]`, one row per hypothesis.
+            max_lengths: int `[rows]`, the most tokens (EOS included) each may have.
+
+        Returns:
+            The constrained `symbols_to_logits` and its initial cache.
+        """
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        rows, source_length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        is_word = tf.reduce_all(source_ids[..., None] != SPECIAL_IDS, axis=-1)
+        word_counts = tf.reduce_sum(tf.cast(is_word, tf.int32), axis=1)
+        state = (tf.zeros([rows], tf.int32), tf.zeros([rows], tf.int32))
+
+        def constrained(ids, step, state_and_cache):
+            (written, depth), inner = state_and_cache  # before `ids`, the last token
+            opened, closed = self._is_open(ids), ids == self.close_id
+            wrote = ~opened & ~closed & tf.reduce_all(ids[:, None] != SPECIAL_IDS, axis=-1)
+            written += tf.cast(wrote, tf.int32)
+            depth += tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)
+            logits, inner = symbols_to_logits(ids, step, inner)
+            next_word = tf.gather(source_ids, tf.minimum(written, source_length - 1), batch_dims=1)
+            words_left = word_counts - written
+            # Room left after the next token; an opening bracket then needs one per word left,
+            # depth + 1 closing brackets and EOS.
+            room = tf.cast(max_lengths, tf.int32) - (step + 1)
+            allowed = self._allowed(
+                vocabulary=tf.range(tf.shape(logits)[-1])[None, :],
+                may_open=(words_left > 0) & (room >= words_left + depth + 2),
+                may_write=(words_left > 0) & (depth > 0),
+                may_close=~opened & ((depth > 1) | ((depth == 1) & (words_left == 0))),
+                may_end=(depth == 0) & (words_left == 0),
+                next_word=next_word,
+            )
+            logits = tf.where(allowed, logits, tf.cast(NEG_INF, logits.dtype))
+            return logits, ((written, depth), inner)
+
+        return constrained, (state, cache)
+
+    def _is_open(self, ids):
+        return tf.reduce_any(ids[..., None] == tf.constant(self.open_ids, tf.int32), axis=-1)
+
+    def _allowed(self, vocabulary, may_open, may_write, may_close, may_end, next_word):
+        """`[rows, vocab]` from what each row may do next (`[rows]` each)."""
+        return (
+            (self._is_open(vocabulary) & may_open[:, None])
+            | ((vocabulary == next_word[:, None]) & may_write[:, None])
+            | ((vocabulary == self.close_id) & may_close[:, None])
+            | ((vocabulary == EOS_ID) & may_end[:, None])
+        )
