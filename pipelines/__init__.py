@@ -35,7 +35,7 @@ __all__ = [
     "make_translation_dataset",
     "padding_efficiency",
     "read_parallel_corpus",
-    "vocabulary_kind",
     "train_sentencepiece",
     "train_wordpiece",
+    "vocabulary_kind",
 ]

@@ -293,20 +293,17 @@ def align_leaves(linearized: str, words) -> str:
 def _edit_alignment(leaves, words):
     """Least-cost alignment of `leaves` to `words`: (indices of the leaves kept, {leaf index:
     how many words go right after it}, -1 for before the first leaf)."""
+    mismatch = [[int(not _leaf_matches(leaf, word)) for word in words] for leaf in leaves]
     rows, columns = len(leaves) + 1, len(words) + 1
     cost = [[i + j if i == 0 or j == 0 else 0 for j in range(columns)] for i in range(rows)]
     for i in range(1, rows):
         for j in range(1, columns):
-            substitute = cost[i - 1][j - 1] + (not _leaf_matches(leaves[i - 1], words[j - 1]))
+            substitute = cost[i - 1][j - 1] + mismatch[i - 1][j - 1]
             cost[i][j] = min(substitute, cost[i - 1][j] + 1, cost[i][j - 1] + 1)
     kept, inserted_after = set(), {}
     i, j = len(leaves), len(words)
     while i or j:  # back from the end; ties prefer keeping a leaf, then dropping one
-        if (
-            i
-            and j
-            and cost[i][j] == cost[i - 1][j - 1] + (not _leaf_matches(leaves[i - 1], words[j - 1]))
-        ):
+        if i and j and cost[i][j] == cost[i - 1][j - 1] + mismatch[i - 1][j - 1]:
             kept.add(i - 1)
             i, j = i - 1, j - 1
         elif i and cost[i][j] == cost[i - 1][j] + 1:
