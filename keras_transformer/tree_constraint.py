@@ -9,14 +9,17 @@ trees, so that nothing needs repair: after each prefix the only tokens allowed a
 - an opening bracket `(X`, while words remain to be written and the hypothesis' length limit
   still leaves room to write them, close every bracket and end (a model may otherwise nest
   brackets until the limit, as an untrained one does);
-- the next input word (its source id: source and target share the vocabulary), inside the root;
+- the next input word (its source id: source and target share the vocabulary), inside the root,
+  with the probability the model gives to writing any word there: EVALB scores the brackets,
+  not which word a leaf copies, and a decoder that would write a wrong word here (or skip one)
+  still says that a leaf comes next;
 - `)`, closing a constituent that holds something, the root only after the last word;
 - EOS, once the root is closed and every word written.
 
-Every other token's logit is set to `NEG_INF`, so the search renormalizes over the allowed ones
-(as `decoding.never_pad_or_bos` does for PAD and BOS). The state of each hypothesis (words
-written, brackets open) travels in the search's cache, so beam search reorders it with the
-hypotheses and greedy search carries it along.
+Every other token's log-probability is set to `NEG_INF`, so the search renormalizes over the
+allowed ones (as `decoding.never_pad_or_bos` does for PAD and BOS). The state of each
+hypothesis (words written, brackets open) travels in the search's cache, so beam search reorders
+it with the hypotheses and greedy search carries it along.
 
 Example:
 >>> import numpy as np
@@ -101,8 +104,7 @@ class WellFormedTrees:
         def constrained(ids, step, state_and_cache):
             (written, depth), inner = state_and_cache  # before `ids`, the last token
             opened, closed = self._is_open(ids), ids == self.close_id
-            wrote = ~opened & ~closed & tf.reduce_all(ids[:, None] != SPECIAL_IDS, axis=-1)
-            written += tf.cast(wrote, tf.int32)
+            written += tf.cast(self._is_leaf(ids), tf.int32)
             depth += tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)
             logits, inner = symbols_to_logits(ids, step, inner)
             next_word = tf.gather(source_ids, tf.minimum(written, source_length - 1), batch_dims=1)
@@ -110,21 +112,29 @@ class WellFormedTrees:
             # Room left after the next token; an opening bracket then needs one per word left,
             # depth + 1 closing brackets and EOS.
             room = tf.cast(max_lengths, tf.int32) - (step + 1)
+            vocabulary = tf.range(tf.shape(logits)[-1])[None, :]
             allowed = self._allowed(
-                vocabulary=tf.range(tf.shape(logits)[-1])[None, :],
+                vocabulary=vocabulary,
                 may_open=(words_left > 0) & (room >= words_left + depth + 2),
                 may_write=(words_left > 0) & (depth > 0),
                 may_close=~opened & ((depth > 1) | ((depth == 1) & (words_left == 0))),
                 may_end=(depth == 0) & (words_left == 0),
                 next_word=next_word,
             )
-            logits = tf.where(allowed, logits, tf.cast(NEG_INF, logits.dtype))
-            return logits, ((written, depth), inner)
+            log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+            leaf = tf.reduce_logsumexp(tf.where(self._is_leaf(vocabulary), log_probs, NEG_INF), -1)
+            log_probs = tf.where(vocabulary == next_word[:, None], leaf[:, None], log_probs)
+            return tf.where(allowed, log_probs, NEG_INF), ((written, depth), inner)
 
         return constrained, (state, cache)
 
     def _is_open(self, ids):
         return tf.reduce_any(ids[..., None] == tf.constant(self.open_ids, tf.int32), axis=-1)
+
+    def _is_leaf(self, ids):
+        """Whether each id is a word: neither a bracket nor PAD, BOS or EOS."""
+        special = tf.reduce_any(ids[..., None] == SPECIAL_IDS, axis=-1)
+        return ~self._is_open(ids) & (ids != self.close_id) & ~special
 
     def _allowed(self, vocabulary, may_open, may_write, may_close, may_end, next_word):
         """`[rows, vocab]` from what each row may do next (`[rows]` each)."""

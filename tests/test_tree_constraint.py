@@ -76,6 +76,13 @@ def test_each_step_allows_exactly_what_keeps_a_tree_within_the_length_limit():
     assert free.ids.numpy().tolist()[0][0] == EOS_ID
 
 
+def test_a_model_that_would_write_another_word_writes_the_next_input_word():
+    # Word 30 is not in the sentence: the leaf it stands for is the next input word.
+    step_fn, cache = TREES(scripted([30, OPEN_S]), (), [[9, 8, EOS_ID]], [20])
+    result = greedy_search(step_fn, tf.constant([BOS_ID]), cache, 20, tf.constant([20]))
+    assert result.ids.numpy().tolist()[0][:5] == [OPEN_S, 9, 8, CLOSE, EOS_ID]
+
+
 @pytest.fixture(scope="module")
 def model():
     tf.keras.utils.set_random_seed(11)
