@@ -9,10 +9,13 @@
 - `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget.
 - `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
   restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
+- `save_weights_atomically` writes every weights file (backup, checkpoints, final) so that a
+  killed run leaves the previous file, never a truncated one.
 """
 
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -170,10 +173,23 @@ class RollingCheckpoints(EveryUpdate):
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"ckpt-{step:08d}.weights.h5"
         if not path.exists():
-            self.model.save_weights(path)
+            save_weights_atomically(self.model, path)
         self._last_save = time.monotonic()
         for old in list_checkpoints(self.directory)[: -self.keep]:
             old.unlink()
+
+
+def save_weights_atomically(model, path) -> None:
+    """`model.save_weights(path)` that never leaves a partly written file at `path`.
+
+    A run killed while HDF5 writes (kill -9, out of memory, a preempted machine) would otherwise
+    leave a truncated file that the next resume or average cannot read. The weights go to a
+    sibling file first and `os.replace` renames it over `path`, which POSIX makes atomic.
+    """
+    path = Path(path)
+    partial = path.with_name(f"partial-{path.name}")  # Keras requires the .weights.h5 suffix
+    model.save_weights(partial, overwrite=True)
+    os.replace(partial, path)
 
 
 def list_checkpoints(directory) -> list[Path]:
@@ -312,6 +328,18 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 _step(self.model),
                 self.resumed_epoch,
             )
+
+    def _save_model(self):
+        # Keras writes both files in place; a kill during the write made the backup unreadable.
+        # The weights go first: a kill between the two renames then repeats an epoch's data
+        # rather than skipping it.
+        Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
+        save_weights_atomically(self.model, self._weights_path)
+        metadata = Path(self._training_metadata_path)
+        partial = metadata.with_name(f"partial-{metadata.name}")
+        position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+        partial.write_text(json.dumps(position))
+        os.replace(partial, metadata)
 
     @property
     def resumed_epoch(self) -> int:

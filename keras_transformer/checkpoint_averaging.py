@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.callbacks import CheckpointError, list_checkpoints
+from keras_transformer.callbacks import CheckpointError, list_checkpoints, save_weights_atomically
 
 
 def load_weights_checked(model, path: Path):
@@ -54,5 +54,5 @@ def average_last_checkpoints(model, directory: Path, last: int, output: Path) ->
     used = available[-last:]
     average_checkpoints(model, used)
     output.parent.mkdir(parents=True, exist_ok=True)
-    model.save_weights(output)
+    save_weights_atomically(model, output)
     return used

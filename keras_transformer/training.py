@@ -279,7 +279,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     final = run.output / "model.weights.h5"
     if run.max_steps and step >= run.max_steps:
         logger.info("the run already reached step %d of --max-steps %d", step, run.max_steps)
-        model.save_weights(final)
+        run_callbacks.save_weights_atomically(model, final)
         return final
     logger.info(
         "training %s on %d replica(s), %d micro-batch(es) an update, %d updates an epoch, "
@@ -300,7 +300,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         callbacks=build_callbacks(run, tokenizer, files),
         verbose=run.verbose,
     )
-    model.save_weights(final)
+    run_callbacks.save_weights_atomically(model, final)
     return final
 
 

@@ -1,5 +1,7 @@
 """Rolling checkpoints, their average (§6.1), and clear errors for corrupt files."""
 
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from keras_transformer.callbacks import (
     RollingCheckpoints,
     StopAtStep,
     list_checkpoints,
+    save_weights_atomically,
 )
 from keras_transformer.checkpoint_averaging import average_last_checkpoints, load_weights_checked
 from keras_transformer.losses import LabelSmoothedCrossEntropy
@@ -107,3 +110,28 @@ def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
     with pytest.raises(CheckpointError, match=str(backup)):
         compiled_model().fit(x, y, epochs=1, verbose=0, callbacks=[ResumableBackup(backup)])
     assert keras.backend.backend() == "tensorflow"
+
+
+class KilledWhileWriting(Exception):
+    pass
+
+
+def test_a_save_killed_mid_write_leaves_the_previous_file_readable(tmp_path, monkeypatch):
+    model = compiled_model()
+    model.fit(*toy_data(), batch_size=4, epochs=1, verbose=0)
+    path = tmp_path / "latest.weights.h5"
+    save_weights_atomically(model, path)
+    saved = model.get_weights()
+
+    def die_half_written(filepath, overwrite=True):
+        Path(filepath).write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+        raise KilledWhileWriting
+
+    model.fit(*toy_data(), batch_size=4, epochs=1, verbose=0)  # new weights to save
+    monkeypatch.setattr(model, "save_weights", die_half_written)
+    with pytest.raises(KilledWhileWriting):
+        save_weights_atomically(model, path)
+    restored = Transformer(CONFIG)
+    load_weights_checked(restored, path)
+    for got, want in zip(restored.get_weights(), saved, strict=True):
+        np.testing.assert_array_equal(got, want)
