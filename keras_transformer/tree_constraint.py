@@ -32,6 +32,7 @@ Example:
 True
 """
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.beam_search import NEG_INF
@@ -97,8 +98,7 @@ class WellFormedTrees:
         """
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         rows, source_length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        is_word = tf.reduce_all(source_ids[..., None] != SPECIAL_IDS, axis=-1)
-        word_counts = tf.reduce_sum(tf.cast(is_word, tf.int32), axis=1)
+        word_counts = tf.reduce_sum(tf.cast(~_is_special(source_ids), tf.int32), axis=1)
         state = (tf.zeros([rows], tf.int32), tf.zeros([rows], tf.int32))
 
         def constrained(ids, step, state_and_cache):
@@ -107,23 +107,25 @@ class WellFormedTrees:
             written += tf.cast(self._is_leaf(ids), tf.int32)
             depth += tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)
             logits, inner = symbols_to_logits(ids, step, inner)
+            vocabulary, opens, leaves = self._vocabulary_masks(logits.shape[-1])
             next_word = tf.gather(source_ids, tf.minimum(written, source_length - 1), batch_dims=1)
             words_left = word_counts - written
             # Room left after the next token; an opening bracket then needs one per word left,
             # depth + 1 closing brackets and EOS.
             room = tf.cast(max_lengths, tf.int32) - (step + 1)
-            vocabulary = tf.range(tf.shape(logits)[-1])[None, :]
+            is_next_word = vocabulary == next_word[:, None]
             allowed = self._allowed(
                 vocabulary=vocabulary,
+                opens=opens,
+                is_next_word=is_next_word,
                 may_open=(words_left > 0) & (room >= words_left + depth + 2),
                 may_write=(words_left > 0) & (depth > 0),
                 may_close=~opened & ((depth > 1) | ((depth == 1) & (words_left == 0))),
                 may_end=(depth == 0) & (words_left == 0),
-                next_word=next_word,
             )
             log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
-            leaf = tf.reduce_logsumexp(tf.where(self._is_leaf(vocabulary), log_probs, NEG_INF), -1)
-            log_probs = tf.where(vocabulary == next_word[:, None], leaf[:, None], log_probs)
+            leaf = tf.reduce_logsumexp(tf.where(leaves, log_probs, NEG_INF), -1)
+            log_probs = tf.where(is_next_word, leaf[:, None], log_probs)
             return tf.where(allowed, log_probs, NEG_INF), ((written, depth), inner)
 
         return constrained, (state, cache)
@@ -133,14 +135,25 @@ class WellFormedTrees:
 
     def _is_leaf(self, ids):
         """Whether each id is a word: neither a bracket nor PAD, BOS or EOS."""
-        special = tf.reduce_any(ids[..., None] == SPECIAL_IDS, axis=-1)
-        return ~self._is_open(ids) & (ids != self.close_id) & ~special
+        return ~self._is_open(ids) & (ids != self.close_id) & ~_is_special(ids)
 
-    def _allowed(self, vocabulary, may_open, may_write, may_close, may_end, next_word):
+    def _vocabulary_masks(self, size):
+        """`[1, size]` ids and which are opening brackets and which words, as numpy constants:
+        fixed for the vocabulary, so not recomputed at every step of the search."""
+        vocabulary = np.arange(size)[None, :]
+        opens = np.isin(vocabulary, self.open_ids)
+        leaves = ~np.isin(vocabulary, [*self.open_ids, self.close_id, *SPECIAL_IDS])
+        return vocabulary, opens, leaves
+
+    def _allowed(self, vocabulary, opens, is_next_word, may_open, may_write, may_close, may_end):
         """`[rows, vocab]` from what each row may do next (`[rows]` each)."""
         return (
-            (self._is_open(vocabulary) & may_open[:, None])
-            | ((vocabulary == next_word[:, None]) & may_write[:, None])
+            (opens & may_open[:, None])
+            | (is_next_word & may_write[:, None])
             | ((vocabulary == self.close_id) & may_close[:, None])
             | ((vocabulary == EOS_ID) & may_end[:, None])
         )
+
+
+def _is_special(ids):
+    return tf.reduce_any(ids[..., None] == SPECIAL_IDS, axis=-1)
