@@ -7,7 +7,7 @@ EVALB's COLLINS.prm conventions). Prints one JSON object: precision, recall, F1,
 how many sentences the grammar parsed (the rest get a flat tree), and seconds.
 
     .venv/bin/python benchmarks/pcfg_baseline.py [--split test] [--max-words N]
-        [--horizontal 2] [--vertical 1] [--transformer RUN/eval/WEIGHTS/test.beam21.hyp]
+        [--horizontal 2] [--vertical 1] [--transformer RUN/eval/WEIGHTS/test.beam21.alpha1.hyp]
 
 `--max-words` keeps the sentences of at most N words; `--transformer` scores a Transformer's
 hypotheses of the same split on the same sentences, so the two F1 are comparable.

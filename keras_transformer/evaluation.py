@@ -95,13 +95,22 @@ def bleu_summary(scores) -> str:
     )
 
 
+def _file_stem(split, search, well_formed) -> str:
+    beam_size = search.get("beam_size", 4)
+    stem = f"{split}.beam{beam_size}"
+    if beam_size > 1:  # the length penalty does not change a greedy search
+        stem += f".alpha{search.get('alpha', 0.6):g}"
+    return stem + (".well_formed" if well_formed else "")
+
+
 def evaluate_corpus(translator, source_path, target_path, output_dir, score, **search):
     """Decodes a split, scores it, and writes `<stem>.hyp` and `<stem>.scores.json`.
 
     Args:
         translator: a `Translator`.
         source_path, target_path: the aligned split files (plain or .gz).
-        output_dir: where hypotheses and scores go; the file stem names split and search.
+        output_dir: where hypotheses and scores go; the file stem names split and search
+            (`test.beam4.alpha0.6`), so runs with other searches never overwrite each other.
         score: `(sources, hypotheses, references) -> dict`, a `Task`'s.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
@@ -126,7 +135,7 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     split = Path(source_path).name.split(".")[0]
-    stem = f"{split}.beam{search.get('beam_size', 4)}" + (".well_formed" if well_formed else "")
+    stem = _file_stem(split, search, well_formed)
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores

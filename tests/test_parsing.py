@@ -101,10 +101,10 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
     cli.main(["evaluate", "--model", str(run), "--dataset", "ptb", "--beam", "3"])
     printed = capsys.readouterr().out
     assert printed.startswith("test words->tree beam 3: F1 ") and "repaired" in printed
-    scores = json.loads((run / "eval" / "model" / "test.beam3.scores.json").read_text())
+    scores = json.loads((run / "eval" / "model" / "test.beam3.alpha0.3.scores.json").read_text())
     assert (scores["beam_size"], scores["alpha"], scores["extra_length"]) == (3, 0.3, 300)
     assert scores["sentences"] == 3 and 0 <= scores["f1"] <= 100
-    hypotheses = (run / "eval" / "model" / "test.beam3.hyp").read_text().splitlines()
+    hypotheses = (run / "eval" / "model" / "test.beam3.alpha0.3.hyp").read_text().splitlines()
     assert len(hypotheses) == 3
 
     with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
@@ -159,12 +159,13 @@ def test_a_lexicalized_parser_searches_only_well_formed_trees(
     cli.main([*evaluate, "--well-formed"])
     assert "repaired 0/3 (0.0%)" in capsys.readouterr().out.splitlines()[-1]
     directory = run / "eval" / "model"
-    free = json.loads((directory / "test.beam2.scores.json").read_text())
-    constrained = json.loads((directory / "test.beam2.well_formed.scores.json").read_text())
+    stem = "test.beam2.alpha0.3"  # §6.3's α for parsing
+    free = json.loads((directory / f"{stem}.scores.json").read_text())
+    constrained = json.loads((directory / f"{stem}.well_formed.scores.json").read_text())
     assert (free["well_formed_trees"], constrained["well_formed_trees"]) == (False, True)
     # Untrained, the free search writes no tree; every constrained output is one as decoded.
     assert free["repaired"] == 3 and constrained["repaired"] == 0
     (sentences,) = (tmp_path / "cache").glob("*/test.words")
-    hypotheses = (directory / "test.beam2.well_formed.hyp").read_text().splitlines()
+    hypotheses = (directory / f"{stem}.well_formed.hyp").read_text().splitlines()
     for sentence, hypothesis in zip(sentences.read_text().splitlines(), hypotheses, strict=True):
         assert len(nltk.Tree.fromstring(hypothesis).leaves()) == len(sentence.split())

@@ -89,9 +89,9 @@ def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
     arguments = ["--model", str(run_dir), "--data-dir", str(data), "--output", str(output)]
     cli.main(["evaluate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
     assert capsys.readouterr().out.startswith("test_2016_flickr en->de beam 2: sacreBLEU ")
-    scores = json.loads((output / "test_2016_flickr.beam2.scores.json").read_text())
+    scores = json.loads((output / "test_2016_flickr.beam2.alpha0.6.scores.json").read_text())
     assert (scores["sentences"], scores["alpha"], scores["extra_length"]) == (4, 0.6, EXTRA)
-    assert len((output / "test_2016_flickr.beam2.hyp").read_text().splitlines()) == 4
+    assert len((output / "test_2016_flickr.beam2.alpha0.6.hyp").read_text().splitlines()) == 4
 
 
 def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
