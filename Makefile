@@ -37,23 +37,24 @@ demo: install
 # Multi30k recipe (docs/RESULTS.md): train the `multi30k` preset EN->DE and EN->FR for
 # M30K_MINUTES each (rerunning resumes), average the last 5 checkpoints, and score
 # test_2016_flickr greedy and beam 4 on the final weights and beam 4 on the average. Hypotheses
-# and scores go to runs/multi30k-en<tgt>/eval/, a learning curve to learning_curve.png.
+# and scores go to $(M30K_RUNS)/multi30k-en<tgt>/eval/, a learning curve to learning_curve.png.
 M30K_MINUTES ?= 50
+M30K_RUNS ?= runs
 M30K_TARGETS ?= de fr
-train-multi30k: $(foreach target,$(M30K_TARGETS),runs/multi30k-en$(target)/learning_curve.png)
+train-multi30k: $(foreach target,$(M30K_TARGETS),$(M30K_RUNS)/multi30k-en$(target)/learning_curve.png)
 
-runs/multi30k-en%/learning_curve.png: install
+$(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 	$(PYTHON) -m keras_transformer train --preset multi30k --data-dir $(DATA_DIR) --src en \
-		--tgt $* --output runs/multi30k-en$* --jit-compile --max-minutes $(M30K_MINUTES) \
+		--tgt $* --output $(M30K_RUNS)/multi30k-en$* --jit-compile --max-minutes $(M30K_MINUTES) \
 		--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300
-	$(PYTHON) -m keras_transformer average runs/multi30k-en$* --last 5
+	$(PYTHON) -m keras_transformer average $(M30K_RUNS)/multi30k-en$* --last 5
 	for beam in 1 4; do \
-		$(PYTHON) -m keras_transformer evaluate --model runs/multi30k-en$* --beam $$beam \
-			--weights runs/multi30k-en$*/model.weights.h5 --data-dir $(DATA_DIR) || exit 1; \
+		$(PYTHON) -m keras_transformer evaluate --model $(M30K_RUNS)/multi30k-en$* --beam $$beam \
+			--weights $(M30K_RUNS)/multi30k-en$*/model.weights.h5 --data-dir $(DATA_DIR) || exit 1; \
 	done
-	$(PYTHON) -m keras_transformer evaluate --model runs/multi30k-en$* --beam 4 \
-		--weights runs/multi30k-en$*/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
-	$(PYTHON) -m keras_transformer curve runs/multi30k-en$*
+	$(PYTHON) -m keras_transformer evaluate --model $(M30K_RUNS)/multi30k-en$* --beam 4 \
+		--weights $(M30K_RUNS)/multi30k-en$*/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
+	$(PYTHON) -m keras_transformer curve $(M30K_RUNS)/multi30k-en$*
 
 test: install
 	$(PYTHON) -m pytest -q

@@ -7,30 +7,19 @@
 #
 #   benchmarks/compare_peers.sh [results.jsonl]      # about 30 minutes on 2 cores
 #
-# The peers run in their own virtual environments (created on first use) so that keras-hub
-# and torch never enter the project's .venv. SIZES="small" runs only the small workload.
+# The peers run in their own virtual environments (benchmarks/peer_venvs.sh). SIZES="small"
+# runs only the small workload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${KT_PEERS_DIR:-../shared/peers}
 SIZES=${SIZES:-small base}
 OUT=${1:-benchmarks/results/peers-$(date -u +%Y-%m-%dT%H%MZ).jsonl}
-TORCH_VENV=${TORCH_VENV:-/tmp/kt-venv-torch}
-HUB_VENV=${HUB_VENV:-/tmp/kt-venv-keras-hub}
 PYTHON=.venv/bin/python
+source benchmarks/peer_venvs.sh
 
 make --silent install
-if [ ! -x "$TORCH_VENV/bin/python" ]; then
-    python3 -m venv "$TORCH_VENV"
-    # The CPU-only wheel: the default PyPI torch pulls gigabytes of CUDA libraries.
-    TORCH_WHEEL=$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1)
-    "$TORCH_VENV/bin/pip" install --quiet numpy "${TORCH_WHEEL:-torch==2.13.0}"
-fi
-if [ ! -x "$HUB_VENV/bin/python" ]; then
-    # The project's pinned TensorFlow/Keras, plus keras-hub without letting it move them.
-    python3 -m venv "$HUB_VENV"
-    "$HUB_VENV/bin/pip" install --quiet -r requirements.txt
-    "$HUB_VENV/bin/pip" install --quiet keras-hub==0.32.0 -c requirements.txt
-fi
+ensure_torch_venv
+ensure_hub_venv
 
 mkdir -p "$(dirname "$OUT")"
 run() { echo "== $*" >&2; "$@" --out "$OUT" >/dev/null || echo "FAILED: $*" >&2; }
