@@ -59,10 +59,11 @@ def ratio_rows(records):
         verdict = (
             ""
             if target is None
-            else ("met" if ratio >= target else f"missed by {target - ratio:.2f}×")
+            else ("met" if ratio >= target else f"missed by {target - ratio:.3f}×")
         )
+        # Three decimals: two would print a ratio of 1.4985 as a met-looking "1.50×".
         rows.append(
-            f"| {figure} | {size} | {ours[-1]:.0f} | {best:.0f} ({name}) | {ratio:.2f}× | "
+            f"| {figure} | {size} | {ours[-1]:.0f} | {best:.0f} ({name}) | {ratio:.3f}× | "
             f"{'' if target is None else f'≥ {target}×'} | {verdict} |"
         )
     beam = [
