@@ -43,18 +43,19 @@ M30K_RUNS ?= runs
 M30K_TARGETS ?= de fr
 train-multi30k: $(foreach target,$(M30K_TARGETS),$(M30K_RUNS)/multi30k-en$(target)/learning_curve.png)
 
+# In the rule, $(@D) is the run directory and $* the target language.
 $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 	$(PYTHON) -m keras_transformer train --preset multi30k --data-dir $(DATA_DIR) --src en \
-		--tgt $* --output $(M30K_RUNS)/multi30k-en$* --jit-compile --max-minutes $(M30K_MINUTES) \
+		--tgt $* --output $(@D) --jit-compile --max-minutes $(M30K_MINUTES) \
 		--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300
-	$(PYTHON) -m keras_transformer average $(M30K_RUNS)/multi30k-en$* --last 5
+	$(PYTHON) -m keras_transformer average $(@D) --last 5
 	for beam in 1 4; do \
-		$(PYTHON) -m keras_transformer evaluate --model $(M30K_RUNS)/multi30k-en$* --beam $$beam \
-			--weights $(M30K_RUNS)/multi30k-en$*/model.weights.h5 --data-dir $(DATA_DIR) || exit 1; \
+		$(PYTHON) -m keras_transformer evaluate --model $(@D) --beam $$beam \
+			--weights $(@D)/model.weights.h5 --data-dir $(DATA_DIR) || exit 1; \
 	done
-	$(PYTHON) -m keras_transformer evaluate --model $(M30K_RUNS)/multi30k-en$* --beam 4 \
-		--weights $(M30K_RUNS)/multi30k-en$*/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
-	$(PYTHON) -m keras_transformer curve $(M30K_RUNS)/multi30k-en$*
+	$(PYTHON) -m keras_transformer evaluate --model $(@D) --beam 4 \
+		--weights $(@D)/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
+	$(PYTHON) -m keras_transformer curve $(@D)
 
 test: install
 	$(PYTHON) -m pytest -q

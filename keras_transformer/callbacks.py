@@ -186,9 +186,14 @@ def save_weights_atomically(model, path) -> None:
     leave a truncated file that the next resume or average cannot read. The weights go to a
     sibling file first and `os.replace` renames it over `path`, which POSIX makes atomic.
     """
+    write_atomically(path, lambda partial: model.save_weights(partial, overwrite=True))
+
+
+def write_atomically(path, write) -> None:
+    """Calls `write(sibling_path)`, then renames that file over `path` (atomic on POSIX)."""
     path = Path(path)
-    partial = path.with_name(f"partial-{path.name}")  # Keras requires the .weights.h5 suffix
-    model.save_weights(partial, overwrite=True)
+    partial = path.with_name(f"partial-{path.name}")  # keeps the suffix Keras checks
+    write(partial)
     os.replace(partial, path)
 
 
@@ -335,11 +340,8 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         # rather than skipping it.
         Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
         save_weights_atomically(self.model, self._weights_path)
-        metadata = Path(self._training_metadata_path)
-        partial = metadata.with_name(f"partial-{metadata.name}")
-        position = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
-        partial.write_text(json.dumps(position))
-        os.replace(partial, metadata)
+        position = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        write_atomically(self._training_metadata_path, lambda partial: partial.write_text(position))
 
     @property
     def resumed_epoch(self) -> int:
