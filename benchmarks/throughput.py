@@ -32,7 +32,8 @@ class StepClock(keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
-def train_throughput(size: str, jit_compile: bool, steps: int) -> dict:
+def compiled_workload_model(size: str, jit_compile: bool):
+    """Our Transformer compiled with the peers' loss and optimizer, and their batch, repeated."""
     config = workload_config(size)
     model = Transformer(config)
     adam = common.ADAM
@@ -42,7 +43,11 @@ def train_throughput(size: str, jit_compile: bool, steps: int) -> dict:
         jit_compile=jit_compile,
     )
     source, target_in, labels = (a.astype("int32") for a in common.train_batch())
-    dataset = tf.data.Dataset.from_tensors(((source, target_in), labels)).repeat()
+    return model, tf.data.Dataset.from_tensors(((source, target_in), labels)).repeat()
+
+
+def train_throughput(size: str, jit_compile: bool, steps: int) -> dict:
+    model, dataset = compiled_workload_model(size, jit_compile)
     clock = StepClock()
     total = 1 + common.WARMUP_STEPS + common.REPS * steps
     # One fit call timed at batch ends (separate fit calls wait on tf.data autotuning).

@@ -9,6 +9,7 @@ it is added to the sub-layer input and normalized". This is the paper's post-nor
 import keras
 
 from keras_transformer.dropout import Dropout
+from keras_transformer.layer_normalization import LayerNormalization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -41,7 +42,7 @@ class AddAndNorm(keras.layers.Layer):
 
     def build(self, residual_shape, sublayer_output_shape=None):
         self.dropout = Dropout(self.residual_dropout, dtype=self.dtype_policy)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=self.epsilon, name="layer_norm", dtype=self.dtype_policy
         )
         self.layer_norm.build(residual_shape)

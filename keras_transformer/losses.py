@@ -19,15 +19,18 @@ from keras_transformer.masks import PAD_ID
 def token_cross_entropy(target_ids, logits, label_smoothing=0.0):
     """Per-token smoothed cross entropy `[batch, length]` (zero where `target_ids` is padding).
 
-    Computed from log-softmax without materialising one-hot targets:
-    H(q, p) = -(1 - ε) log p_y - (ε / V) Σ_v log p_v.
+    With Σ_v q_v = 1 and log p_v = x_v - logsumexp(x), the cross entropy needs no log-softmax:
+    H(q, p) = -Σ_v q_v log p_v = logsumexp(x) - Σ_v q_v x_v. Written so, the target enters only
+    through an elementwise comparison that XLA fuses into the reduction, and the gradient,
+    softmax(x) - q, is elementwise too (a gather of log p_y would be differentiated by a scatter
+    into a dense zero tensor of the logits' size).
     """
-    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    logits = ops.cast(logits, "float32")
     target_ids = ops.cast(target_ids, "int32")
-    reference = ops.squeeze(ops.take_along_axis(log_probs, target_ids[..., None], axis=-1), -1)
-    loss = -(1.0 - label_smoothing) * reference
-    if label_smoothing:
-        loss -= label_smoothing * ops.mean(log_probs, axis=-1)
+    vocab_size = logits.shape[-1]
+    smoothed = ops.one_hot(target_ids, vocab_size) * (1.0 - label_smoothing)
+    smoothed += label_smoothing / vocab_size
+    loss = ops.logsumexp(logits, axis=-1) - ops.sum(smoothed * logits, axis=-1)
     return ops.where(ops.not_equal(target_ids, PAD_ID), loss, 0.0)
 
 

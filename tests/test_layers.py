@@ -119,3 +119,29 @@ def test_transformer_compile_picks_threefry_only_for_xla():
     assert {layer.rng_alg for layer in dropouts} == {"threefry"}
     model.compile(optimizer="adam", loss="mse", jit_compile=False)
     assert {layer.rng_alg for layer in dropouts} == {None}
+
+
+def test_layer_normalization_equals_keras_in_value_and_gradient_under_xla():
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer.layer_normalization import LayerNormalization
+
+    x = tf.constant(np.random.default_rng(3).normal(2.0, 3.0, size=(4, 5, 128)), tf.float32)
+    ours, reference = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+    for layer in (ours, reference):
+        layer.build(x.shape)
+        layer.gamma.assign(np.linspace(0.5, 1.5, 128))
+        layer.beta.assign(np.linspace(-1.0, 1.0, 128))
+
+    @tf.function(jit_compile=True)
+    def value_and_gradients(layer, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * tf.sin(y))
+        return (y, *tape.gradient(loss, [x, layer.gamma, layer.beta]))
+
+    for got, want in zip(value_and_gradients(ours, x), value_and_gradients(reference, x)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+    assert_config_round_trip(ours, x)

@@ -48,3 +48,18 @@ def test_masked_accuracy_and_perplexity():
     perplexity.update_state(targets, logits)
     assert float(accuracy.result()) == 1.0
     assert float(perplexity.result()) == pytest.approx(1 / 0.5, rel=1e-5)
+
+
+def test_gradient_is_softmax_minus_smoothed_target_over_real_tokens():
+    import tensorflow as tf
+
+    epsilon, vocab = 0.1, 6
+    logits = tf.constant(np.random.default_rng(2).normal(size=(2, 3, vocab)), tf.float32)
+    targets = np.array([[2, 5, 0], [1, 0, 0]])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = LabelSmoothedCrossEntropy(label_smoothing=epsilon)(targets, logits)
+    smoothed = np.eye(vocab)[targets] * (1 - epsilon) + epsilon / vocab
+    real = (targets != 0)[..., None]
+    expected = np.where(real, tf.nn.softmax(logits).numpy() - smoothed, 0.0) / real.sum()
+    np.testing.assert_allclose(tape.gradient(loss, logits).numpy(), expected, atol=1e-6)

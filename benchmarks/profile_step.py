@@ -1,0 +1,81 @@
+"""Where a training step of the peers' workload spends its time: a per-op profile.
+
+Trains our Transformer on the peers' batch (as `throughput.py` does), records a few steps with
+`tf.profiler` while XLA emits one trace event per HLO op, and prints the ops' summed thread time,
+grouped by op name with the numeric suffix dropped (`fusion.12` → `fusion`), largest first.
+Read the names against an HLO dump: `--dump DIR` also writes the compiled modules there.
+
+    .venv/bin/python benchmarks/profile_step.py --size small [--steps 4] [--top 25] [--dump DIR]
+"""
+
+import argparse
+import collections
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+
+def xla_flags(dump: str | None) -> str:
+    flags = [os.environ.get("XLA_FLAGS", ""), "--xla_cpu_enable_xprof_traceme=true"]
+    if dump:
+        flags += [f"--xla_dump_to={dump}", "--xla_dump_hlo_as_text"]
+    return " ".join(flag for flag in flags if flag)
+
+
+def op_times(logdir: Path) -> collections.Counter:
+    """Summed duration (ms) of every host event in the profile, by event name."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    totals = collections.Counter()
+    for path in logdir.rglob("*.xplane.pb"):
+        space = xplane_pb2.XSpace.FromString(path.read_bytes())
+        for plane in space.planes:
+            names = {key: meta.name for key, meta in plane.event_metadata.items()}
+            for line in plane.lines:
+                for event in line.events:
+                    totals[names.get(event.metadata_id, "?")] += event.duration_ps / 1e9
+    return totals
+
+
+def grouped(totals: collections.Counter) -> collections.Counter:
+    groups = collections.Counter()
+    for name, ms in totals.items():
+        groups[re.sub(r"\.\d+$", "", name)] += ms
+    return groups
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--steps", type=int, default=4, help="profiled steps")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--dump", help="also dump the compiled HLO modules here")
+    args = parser.parse_args()
+    os.environ["XLA_FLAGS"] = xla_flags(args.dump)
+
+    import tensorflow as tf
+    from throughput import compiled_workload_model
+
+    model, dataset = compiled_workload_model(args.size, jit_compile=True)
+    model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)  # compile and warm up
+    logdir = Path(tempfile.mkdtemp(prefix="kt-profile-"))
+    tf.profiler.experimental.start(str(logdir))
+    model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0)
+    tf.profiler.experimental.stop()
+
+    groups = grouped(op_times(logdir))
+    step_ms = groups.pop("__inference_one_step_on_data", None) or groups.pop(
+        "__inference_one_step_on_iterator", 0.0
+    )
+    print(f"{args.size}: {args.steps} steps, profile in {logdir}", file=sys.stderr)
+    print(f"{'op':<48} {'ms/step':>9}")
+    for name, ms in groups.most_common(args.top):
+        print(f"{name[:48]:<48} {ms / args.steps:9.1f}")
+    if step_ms:
+        print(f"{'(whole step, wall)':<48} {step_ms / args.steps:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
