@@ -128,7 +128,8 @@ def test_layer_normalization_equals_keras_in_value_and_gradient_under_xla():
     from keras_transformer.layer_normalization import LayerNormalization
 
     x = tf.constant(np.random.default_rng(3).normal(2.0, 3.0, size=(4, 5, 128)), tf.float32)
-    ours, reference = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+    ours = LayerNormalization(epsilon=1e-6)
+    reference = keras.layers.LayerNormalization(epsilon=1e-6)
     for layer in (ours, reference):
         layer.build(x.shape)
         layer.gamma.assign(np.linspace(0.5, 1.5, 128))
@@ -142,6 +143,8 @@ def test_layer_normalization_equals_keras_in_value_and_gradient_under_xla():
             loss = tf.reduce_sum(y * tf.sin(y))
         return (y, *tape.gradient(loss, [x, layer.gamma, layer.beta]))
 
-    for got, want in zip(value_and_gradients(ours, x), value_and_gradients(reference, x)):
+    for got, want in zip(
+        value_and_gradients(ours, x), value_and_gradients(reference, x), strict=True
+    ):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
     assert_config_round_trip(ours, x)
