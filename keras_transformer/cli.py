@@ -46,6 +46,7 @@ def _train(args):
         dataset=args.dataset,
         source_language=args.src or source,
         target_language=args.tgt or target,
+        lowercase=args.lowercase,
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
         epochs=args.epochs,
@@ -90,7 +91,8 @@ def _task(run_dir):
     from keras_transformer.evaluation import task
 
     run = _run_settings(run_dir)
-    return task(run.get("dataset", "multi30k"), run.get("target_language", "de"))
+    dataset, target = run.get("dataset", "multi30k"), run.get("target_language", "de")
+    return task(dataset, target, run.get("lowercase", False))
 
 
 def _search(args, defaults) -> dict:
@@ -157,7 +159,7 @@ def _evaluate(args):
     files = corpus_files(dataset, data_dir, source, target)
     if split not in files:
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
-    scoring = task(dataset, target)
+    scoring = task(dataset, target, run.get("lowercase", False))
     search = _search(args, scoring.search)
     translator = _load_translator(args)
     scores = evaluate_corpus(
@@ -323,6 +325,11 @@ def _add_train(commands):
     train.add_argument("--src", help="source language (default: en; words for ptb)")
     train.add_argument("--tgt", help="target language (default: de; tree for ptb)")
     train.add_argument("--output", type=Path, required=True, help="run directory")
+    train.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="case-fold all text (in the vocabulary model); BLEU is then scored case-insensitively",
+    )
     train.add_argument("--batch-tokens", type=int, help="tokens per batch and side (§5.1)")
     train.add_argument("--max-steps", type=int)
     train.add_argument("--max-minutes", type=float, help="wall-clock budget of this process")

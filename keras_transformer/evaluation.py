@@ -34,11 +34,15 @@ def moses_lowercase(sentences, language):
     return [tokenizer.tokenize(s, return_str=True, escape=False).lower() for s in sentences]
 
 
-def corpus_scores(hypotheses, references, target_language) -> dict:
-    """sacreBLEU (cased, detokenized), chrF and tokenized-lowercased BLEU of one corpus."""
+def corpus_scores(hypotheses, references, target_language, lowercase=False) -> dict:
+    """sacreBLEU (detokenized), chrF and tokenized-lowercased BLEU of one corpus.
+
+    sacreBLEU and chrF are cased unless `lowercase` (a model trained on lowercased text); the
+    signature says which (`case:mixed` or `case:lc`).
+    """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(lowercase=lowercase), CHRF(lowercase=lowercase)
     detokenized = bleu.corpus_score(hypotheses, [references])
     tokenized = BLEU(tokenize="none", force=True).corpus_score(
         moses_lowercase(hypotheses, target_language),
@@ -72,8 +76,11 @@ class Task:
     present: Callable[[str, str], str] = lambda source, hypothesis: hypothesis
 
 
-def task(dataset: str, target_language: str) -> Task:
-    """Parsing (§6.3) for the "ptb" dataset, translation (§6.1) for any other."""
+def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
+    """Parsing (§6.3) for the "ptb" dataset, translation (§6.1) for any other.
+
+    `lowercase`: the translation model was trained on case-folded text (`train --lowercase`).
+    """
     if dataset == "ptb":
         from keras_transformer import parsing
 
@@ -83,7 +90,7 @@ def task(dataset: str, target_language: str) -> Task:
     from keras_transformer.decoding import SEARCH
 
     def score(sources, hypotheses, references):
-        return corpus_scores(hypotheses, references, target_language)
+        return corpus_scores(hypotheses, references, target_language, lowercase)
 
     return Task("bleu", score, SEARCH, bleu_summary)
 

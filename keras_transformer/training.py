@@ -55,6 +55,7 @@ class TrainingRun:
     dataset: str = "multi30k"
     source_language: str = "en"
     target_language: str = "de"
+    lowercase: bool = False
     max_steps: int | None = None
     max_minutes: float | None = None
     epochs: int = 1000
@@ -105,7 +106,16 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
             )
     else:
         config_path.write_text(config.to_json())
-    (run.output / "run.json").write_text(json.dumps(run.to_dict(), indent=2))
+    run_path = run.output / "run.json"
+    if run_path.exists():
+        # The vocabulary was trained cased or lowercased once; a resume cannot change that.
+        saved_lowercase = json.loads(run_path.read_text()).get("lowercase", False)
+        if saved_lowercase != run.lowercase:
+            raise ConfigError(
+                f"{run_path} was trained with lowercase={saved_lowercase}, this rerun asks for "
+                f"{run.lowercase}: {'add' if saved_lowercase else 'drop'} --lowercase to resume"
+            )
+    run_path.write_text(json.dumps(run.to_dict(), indent=2))
 
 
 def compile_model(
@@ -168,7 +178,7 @@ def validation_scores(
 
     corpus = read_parallel_corpus(*files["validation"])
     count = run.bleu_sentences
-    scoring = task(run.dataset, run.target_language)
+    scoring = task(run.dataset, run.target_language, run.lowercase)
     return run_callbacks.ValidationScores(
         tokenizer,
         corpus.source[:count],
@@ -247,6 +257,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         [*files["train"]],
         config.vocab_size,
         kind=vocabulary_kind(run.dataset),
+        lowercase=run.lowercase,
     )
 
     boundaries = length_buckets(config, run, files["train"], tokenizer)

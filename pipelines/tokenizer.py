@@ -9,6 +9,11 @@ about 37000 tokens" (EN-DE); EN-FR used "a 32000 word-piece vocabulary". Both ar
   `tensorflow_text.FastWordpieceTokenizer`. Its detokenizer joins words with single spaces, so
   it does not restore the spacing around punctuation ("dog ." for "dog.").
 
+A SentencePiece model can also case-fold (`lowercase=True`): its normalizer lowercases every
+input inside the model, so training, serving and the exported SavedModel all see the same
+lowercased text, like the lowercased, tokenized corpora that many published Multi30k results
+train on.
+
 Reserved ids, the same in both: PAD = 0, BOS = 1, EOS = 2, UNK = 3. The model file (`*.model`
 for SentencePiece, `*.vocab.txt` for WordPiece) is all a tokenizer needs, so it travels as an
 asset of the exported SavedModel.
@@ -62,12 +67,14 @@ class SubwordTokenizer(tf.Module):
             )
             self.vocab_size = len(vocabulary)
             self.one_id_per_word = False
+            self.lowercase = False
         else:
             self.kind = "sentencepiece"
             model = self.path.read_bytes()
             self._tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
             self.vocab_size = int(self._tokenizer.vocab_size())
             self.one_id_per_word = is_word_model(model)
+            self.lowercase = _model_proto(model).normalizer_spec.name == CASE_FOLDING_RULE
 
     def tokenize(self, strings):
         """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS.
@@ -104,21 +111,34 @@ class SubwordTokenizer(tf.Module):
         return words if words.shape.rank == 1 else tf.strings.reduce_join(words, -1, separator=" ")
 
 
-def is_word_model(model: bytes) -> bool:
-    """Whether a serialized SentencePiece model has `model_type=word`."""
+# SentencePiece's normalization rules: NFKC (its default), and NFKC followed by case folding.
+DEFAULT_RULE, CASE_FOLDING_RULE = "nmt_nfkc", "nmt_nfkc_cf"
+
+
+def _model_proto(model: bytes):
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model)
-    return proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.WORD
+    return proto
+
+
+def is_word_model(model: bytes) -> bool:
+    """Whether a serialized SentencePiece model has `model_type=word`."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    return _model_proto(model).trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.WORD
 
 
 def _training_text(files) -> list[str]:
     return [line for path in files for line in read_lines(path) if line]
 
 
-def train_sentencepiece(files, model_path, vocab_size, model_type="bpe") -> Path:
+def train_sentencepiece(files, model_path, vocab_size, model_type="bpe", lowercase=False) -> Path:
     """Trains a shared SentencePiece model on all lines of `files` (both languages).
+
+    `lowercase=True` makes the model case-fold its input (rule `nmt_nfkc_cf`) before it
+    learns or applies its pieces.
 
     `model_type="word"` keeps the `vocab_size` commonest whitespace-separated words whole and
     maps the rest to UNK: the vocabulary of Vinyals & Kaiser et al. (2015) for parsing, whose
@@ -137,6 +157,7 @@ def train_sentencepiece(files, model_path, vocab_size, model_type="bpe") -> Path
             model_prefix=str(Path(scratch) / "subwords"),
             vocab_size=vocab_size,
             model_type=model_type,
+            normalization_rule_name=CASE_FOLDING_RULE if lowercase else DEFAULT_RULE,
             character_coverage=1.0,
             pad_id=PAD_ID,
             bos_id=BOS_ID,
@@ -166,17 +187,28 @@ def train_wordpiece(files, vocab_path, vocab_size) -> Path:
     return vocab_path
 
 
-def load_or_train_tokenizer(path, files, vocab_size, kind="bpe") -> SubwordTokenizer:
+def load_or_train_tokenizer(
+    path, files, vocab_size, kind="bpe", lowercase=False
+) -> SubwordTokenizer:
     """The tokenizer at `path`, trained on `files` first if the file does not exist yet.
 
     `kind`: "bpe" or "word" (SentencePiece's `model_type`, see `train_sentencepiece`), or
-    "wordpiece" (`train_wordpiece`).
+    "wordpiece" (`train_wordpiece`). `lowercase`: a case-folding SentencePiece model; an
+    existing file must agree.
     """
     path = Path(path)
+    if lowercase and kind == "wordpiece":
+        raise ValueError("lowercase needs a SentencePiece vocabulary (bpe or word), not wordpiece")
     if not path.exists():
         logger.info("training a %s vocabulary of %d on %s", kind, vocab_size, list(map(str, files)))
         if kind == "wordpiece":
             train_wordpiece(files, path, vocab_size)
         else:
-            train_sentencepiece(files, path, vocab_size, kind)
-    return SubwordTokenizer(path)
+            train_sentencepiece(files, path, vocab_size, kind, lowercase)
+    tokenizer = SubwordTokenizer(path)
+    if tokenizer.lowercase != lowercase:
+        raise ValueError(
+            f"{path} is a {'lowercasing' if tokenizer.lowercase else 'cased'} vocabulary, but "
+            f"lowercase={lowercase} was asked for: resume with the setting the run began with"
+        )
+    return tokenizer

@@ -132,6 +132,10 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     changed = run(train_command(corpus, output, "--max-steps", "3", "--set", "d_ff=64"))
     assert changed.returncode != 0
     assert "d_ff" in changed.stderr and "config.json" in changed.stderr
+    relowered = run(train_command(corpus, output, "--max-steps", "3", "--lowercase"))
+    assert relowered.returncode != 0
+    assert "lowercase=False" in relowered.stderr and "drop --lowercase" in relowered.stderr
+    assert json.loads((output / "run.json").read_text())["lowercase"] is False
 
     for path in (output / "backup").rglob("*.h5"):
         path.write_bytes(b"\x00garbage")

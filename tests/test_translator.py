@@ -102,6 +102,10 @@ def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
     lowercased = corpus_scores([r.lower() for r in references], references, "de")
     assert lowercased["bleu"] < 50  # case matters to sacreBLEU
     assert lowercased["bleu_tokenized_lowercase"] == pytest.approx(100)
+    # A model trained on lowercased text (`train --lowercase`) is scored case-insensitively.
+    case_folded = corpus_scores([r.lower() for r in references], references, "de", lowercase=True)
+    assert case_folded["bleu"] == pytest.approx(100) and case_folded["chrf"] == pytest.approx(100)
+    assert "|case:lc|" in case_folded["bleu_signature"]
 
 
 def test_attention_maps_are_distributions_over_the_source(translator):

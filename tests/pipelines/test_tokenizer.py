@@ -2,6 +2,7 @@
 
 import unicodedata
 
+import pytest
 import tensorflow as tf
 
 from pipelines import (
@@ -14,6 +15,7 @@ from pipelines import (
     train_wordpiece,
 )
 from pipelines.corpus import read_lines
+from pipelines.tokenizer import load_or_train_tokenizer
 
 
 def test_sentencepiece_round_trip_on_real_sentences(tokenizer, multi30k_dir):
@@ -77,3 +79,23 @@ def test_word_model_gives_one_id_per_word_even_to_a_run_of_unknown_words(tmp_pat
     in_graph = tf.function(words.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
     assert in_graph(tf.constant(sentences)).to_list() == expected
     assert words.tokenize(tf.constant(sentences[0])).numpy().tolist() == expected[0]
+
+
+def test_lowercase_model_case_folds_in_the_graph_and_a_rerun_must_agree(tmp_path, train_slice):
+    path = tmp_path / "subwords.model"
+    lowercased = load_or_train_tokenizer(path, train_slice, 1000, lowercase=True)
+    assert lowercased.lowercase
+    mixed, lower = ["Two Men Talk. ÜBER"], ["two men talk. über"]
+    in_graph = tf.function(lowercased.tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+    assert in_graph(tf.constant(mixed)).to_list() == lowercased.tokenize(lower).to_list()
+    assert lowercased.detokenize(lowercased.tokenize(mixed)).numpy()[0].decode() == lower[0]
+    # The vocabulary holds no upper-case piece at all.
+    pieces = lowercased.pieces(range(4, lowercased.vocab_size))
+    assert all(piece == piece.lower() for piece in pieces)
+    with pytest.raises(ValueError, match="lowercasing vocabulary, but lowercase=False"):
+        load_or_train_tokenizer(path, train_slice, 1000)
+
+
+def test_cased_model_keeps_case(tokenizer):
+    assert not tokenizer.lowercase
+    assert tokenizer.detokenize(tokenizer.tokenize(["Two Men"])).numpy()[0] == b"Two Men"
