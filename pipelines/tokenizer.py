@@ -40,6 +40,9 @@ class SubwordTokenizer(tf.Module):
     Args:
         path: `*.model` (SentencePiece) or `*.vocab.txt` (WordPiece).
 
+    Attributes:
+        lowercase: whether the model case-folds its input (`train_sentencepiece(lowercase=True)`).
+
     Create it after seeding (`keras.utils.set_random_seed`, `tf.random.set_seed`): seeding
     clears TensorFlow's eager kernel caches, which deletes the SentencePiece op's resource.
 
