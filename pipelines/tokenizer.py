@@ -76,8 +76,9 @@ class SubwordTokenizer(tf.Module):
             model = self.path.read_bytes()
             self._tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
             self.vocab_size = int(self._tokenizer.vocab_size())
-            self.one_id_per_word = is_word_model(model)
-            self.lowercase = _model_proto(model).normalizer_spec.name == CASE_FOLDING_RULE
+            spec = _model_proto(model)
+            self.one_id_per_word = spec.trainer_spec.model_type == spec.trainer_spec.WORD
+            self.lowercase = spec.normalizer_spec.name == CASE_FOLDING_RULE
 
     def tokenize(self, strings):
         """`[batch]` tf.string → int32 RaggedTensor `[batch, (tokens)]`, no BOS/EOS.
@@ -119,18 +120,12 @@ DEFAULT_RULE, CASE_FOLDING_RULE = "nmt_nfkc", "nmt_nfkc_cf"
 
 
 def _model_proto(model: bytes):
+    """A serialized SentencePiece model's settings (its type, its normalization rule)."""
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model)
     return proto
-
-
-def is_word_model(model: bytes) -> bool:
-    """Whether a serialized SentencePiece model has `model_type=word`."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    return _model_proto(model).trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.WORD
 
 
 def _training_text(files) -> list[str]:
