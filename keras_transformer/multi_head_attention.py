@@ -8,9 +8,9 @@ are separate settings because Table 3 rows (A) and (B) vary them independently o
 """
 
 import keras
-from keras import ops
 
 from keras_transformer.dropout import Dropout
+from keras_transformer.head_projection import HeadProjection
 from keras_transformer.scaled_dot_product_attention import scaled_dot_product_attention
 
 
@@ -60,17 +60,13 @@ class MultiHeadAttention(keras.layers.Layer):
         d_model = query_shape[-1]
         key_value_shape = key_value_shape or query_shape
 
-        def projection(name, depth):
-            return keras.layers.EinsumDense(
-                "btm,mhd->bthd",
-                output_shape=(None, self.num_heads, depth),
-                bias_axes="hd",
-                name=name,
-                dtype=self.dtype_policy,
+        def projection(name, depth, transposed=False):
+            return HeadProjection(
+                self.num_heads, depth, transposed=transposed, name=name, dtype=self.dtype_policy
             )
 
         self.query_dense = projection("query", self.d_k)
-        self.key_dense = projection("key", self.d_k)
+        self.key_dense = projection("key", self.d_k, transposed=True)
         self.value_dense = projection("value", self.d_v)
         self.output_dense = keras.layers.EinsumDense(
             "bhtd,hdm->btm",
@@ -92,8 +88,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def project_key_value(self, key_value):
         """`[batch, length, d_model]` → keys `[batch, heads, d_k, length]` (transposed, see
         `scaled_dot_product_attention`) and values `[batch, heads, length, d_v]`."""
-        key = ops.transpose(self.key_dense(key_value), (0, 2, 3, 1))
-        return key, ops.transpose(self.value_dense(key_value), (0, 2, 1, 3))
+        return self.key_dense(key_value), self.value_dense(key_value)
 
     def attend(self, query, key, value, attention_mask=None, training=None):
         """Attention of `query` `[batch, q, d_model]` over projected `key`/`value`."""
@@ -107,7 +102,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def attention_weights_and_output(self, query, key, value, attention_mask=None, training=None):
         """Like `attend`, also returning the weights `[batch, heads, q, k]` (for plots)."""
         heads, weights = scaled_dot_product_attention(
-            ops.transpose(self.query_dense(query), (0, 2, 1, 3)),
+            self.query_dense(query),
             key,
             value,
             mask=attention_mask,

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer.head_projection import HeadProjection
 from keras_transformer.multi_head_attention import MultiHeadAttention
 from keras_transformer.scaled_dot_product_attention import scaled_dot_product_attention
 from layer_testing import assert_config_round_trip
@@ -56,6 +57,36 @@ def test_multi_head_attention_matches_per_head_numpy():
         heads.append(numpy_softmax(q @ k.T / np.sqrt(3)) @ v)
     expected = np.concatenate(heads, -1) @ wo.reshape(2 * 5, 8) + bo  # Concat(heads) W^O
     np.testing.assert_allclose(output[0], expected, atol=1e-5)
+
+
+class QueryProjection(keras.layers.Layer):
+    """Holds a projection as `MultiHeadAttention` does: checkpoints name it by this attribute."""
+
+    def __init__(self, projection):
+        super().__init__()
+        self.query_dense = projection
+
+    def call(self, inputs):
+        return self.query_dense(inputs)
+
+
+def test_head_projection_loads_einsum_dense_checkpoints_and_equals_it_relaid_out(tmp_path):
+    """Runs trained when the projections were `EinsumDense("btm,mhd->bthd")` load unchanged."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    dense = keras.layers.EinsumDense("btm,mhd->bthd", output_shape=(None, 2, 3), bias_axes="hd")
+    einsum_model = keras.Sequential([keras.Input((4, 8)), QueryProjection(dense)])
+    dense.bias.assign(rng.normal(size=(2, 3)).astype("float32"))
+    expected = ops.convert_to_numpy(einsum_model(x))  # [batch, length, heads, depth]
+    einsum_model.save_weights(tmp_path / "einsum.weights.h5")
+    for transposed, axes in ((False, (0, 2, 1, 3)), (True, (0, 2, 3, 1))):
+        projection = HeadProjection(num_heads=2, depth=3, transposed=transposed)
+        model = keras.Sequential([keras.Input((4, 8)), QueryProjection(projection)])
+        model.load_weights(tmp_path / "einsum.weights.h5")
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(model(x)), expected.transpose(axes), atol=1e-6
+        )
+        assert_config_round_trip(projection, x)
 
 
 def test_multi_head_attention_separate_key_and_value_widths():

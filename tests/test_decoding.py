@@ -8,7 +8,12 @@ import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.beam_search import NEG_INF, beam_search, length_penalty
-from keras_transformer.decoding import beam_decode, greedy_decode, max_output_lengths
+from keras_transformer.decoding import (
+    beam_decode,
+    greedy_decode,
+    greedy_search,
+    max_output_lengths,
+)
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # Sentences of very different lengths in one padded batch (EOS = 2 ends each).
@@ -34,11 +39,31 @@ def test_length_penalty_is_gnmt():
         )
 
 
-def test_beam_of_one_without_penalty_is_greedy(model):
-    source = padded(SOURCES)
-    greedy = greedy_decode(model, source, extra_length=6)
-    beam = beam_decode(model, source, beam_size=1, alpha=0.0, extra_length=6)
+def bigram_table(vocab=12, seed=0):
+    """Random next-token logits given the previous token, `[vocab, vocab]`, where EOS is either
+    a row's best token (after tokens 5 and 9) or far below its second best, and PAD and BOS never
+    follow. A beam of one then never holds a finished hypothesis that greedy search would not
+    end with too, the one case in which the two searches may differ (an early EOS that
+    outscores the greedy path)."""
+    logits = np.random.default_rng(seed).normal(size=(vocab, vocab)).astype(np.float32)
+    logits[:, [PAD_ID, BOS_ID, EOS_ID]] = -30.0
+    logits[[5, 9], EOS_ID] = logits[[5, 9]].max(axis=1) + 1.0
+    return logits
+
+
+def test_beam_of_one_without_penalty_is_greedy():
+    table = tf.constant(bigram_table())
+
+    def symbols_to_logits(ids, step, cache):
+        return tf.gather(table, ids), cache
+
+    first_ids = tf.constant([3, 4, 6, 7, 8, 10, 11], tf.int32)
+    limits = tf.constant([20, 20, 20, 20, 20, 20, 2])  # the last stops at its limit
+    greedy = greedy_search(symbols_to_logits, first_ids, (), 20, limits)
+    beam = beam_search(symbols_to_logits, first_ids, (), 1, 0.0, 20, limits)
+    assert np.any(greedy.ids.numpy() == EOS_ID), "some sentence should end with EOS"
     np.testing.assert_array_equal(beam.ids[:, 0].numpy(), greedy.ids.numpy())
+    np.testing.assert_array_equal(beam.lengths[:, 0].numpy(), greedy.lengths.numpy())
     np.testing.assert_allclose(beam.log_probs[:, 0], greedy.log_probs, atol=1e-5)
 
 
