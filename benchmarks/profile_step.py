@@ -1,6 +1,8 @@
-"""Where a training step of the peers' workload spends its time: a per-op profile.
+"""Where a training step (or a decoding call) of the peers' workload spends its time: a per-op
+profile.
 
-Trains our Transformer on the peers' batch (as `throughput.py` does), records a few steps with
+Trains our Transformer on the peers' batch (as `throughput.py` does), or with `--decode greedy|beam`
+decodes their decoding batch with the cache (as `decoding.py` does), records a few steps with
 `tf.profiler` while XLA emits one trace event per HLO op, and prints the ops' summed thread time,
 grouped by op name with the numeric suffix dropped (`fusion.12` → `fusion`), largest first.
 The list also holds the runtime's enclosing events (`ThunkExecutor::Execute`, `EagerExecute`,
@@ -9,6 +11,7 @@ writes the compiled modules there. The profiler's per-op events slow small ops d
 change with `throughput.py`, not with this.
 
     .venv/bin/python benchmarks/profile_step.py --size small [--steps 4] [--top 25] [--dump DIR]
+    .venv/bin/python benchmarks/profile_step.py --decode greedy [--steps 4]   # `small`, batch 32
 """
 
 import argparse
@@ -50,28 +53,56 @@ def grouped(totals: collections.Counter) -> collections.Counter:
     return groups
 
 
+def training_step(size):
+    """One training step of the peers' batch a call."""
+    from throughput import compiled_workload_model
+
+    model, dataset = compiled_workload_model(size, jit_compile=True)
+    batches = iter(dataset)
+    return lambda: model.train_on_batch(*next(batches))
+
+
+def decoding_call(search):
+    """One cached decode of the peers' decoding batch a call (the `small` model)."""
+    import tensorflow as tf
+    from decoding import decode_sources, decoder
+    from workload import common, workload_config
+
+    from keras_transformer import Transformer
+
+    tf.keras.utils.set_random_seed(common.SEED)
+    run = decoder(Transformer(workload_config("small")), 1 if search == "greedy" else 4, True, True)
+    source = decode_sources(common.DEC_BATCH)
+    return lambda: int(run(source))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small")
     parser.add_argument("--steps", type=int, default=4, help="profiled steps")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--dump", help="also dump the compiled HLO modules here")
+    parser.add_argument(
+        "--decode", choices=["greedy", "beam"], help="profile decoding (`small`, beam 4) instead"
+    )
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = xla_flags(args.dump)
 
     import tensorflow as tf
-    from throughput import compiled_workload_model
 
-    model, dataset = compiled_workload_model(args.size, jit_compile=True)
-    model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)  # compile and warm up
+    step = decoding_call(args.decode) if args.decode else training_step(args.size)
+    for _ in range(3):  # compile and warm up
+        step()
     logdir = Path(tempfile.mkdtemp(prefix="kt-profile-"))
     tf.profiler.experimental.start(str(logdir))
     start = time.perf_counter()
-    model.fit(dataset, epochs=1, steps_per_epoch=args.steps, verbose=0)
+    for _ in range(args.steps):
+        step()
     step_ms = 1000 * (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
 
-    summary = f"{args.size}: {args.steps} steps of {step_ms:.0f} ms, profile in {logdir}"
+    what = f"decode {args.decode}" if args.decode else args.size
+    summary = f"{what}: {args.steps} steps of {step_ms:.0f} ms, profile in {logdir}"
     print(summary, file=sys.stderr)
     print(f"{'event':<48} {'ms/step':>9}")
     for name, ms in grouped(op_times(logdir)).most_common(args.top):
