@@ -55,6 +55,7 @@ def _train(args):
         keep_checkpoints=args.keep_checkpoints,
         devices=args.devices,
         accumulate=args.accumulate,
+        allow_training_changes=args.allow_training_changes,
         precision=args.precision,
         jit_compile=args.jit_compile,
         seed=args.seed,
@@ -343,6 +344,11 @@ def _add_train(commands):
         type=int,
         default=1,
         help="micro-batches per update: the same --batch-tokens per update in 1/N the memory",
+    )
+    train.add_argument(
+        "--allow-training-changes",
+        action="store_true",
+        help="resume with changed batch tokens, dropout or label smoothing (recorded in run.json)",
     )
     train.add_argument(
         "--precision", default="float32", choices=["float32", "mixed_float16", "mixed_bfloat16"]

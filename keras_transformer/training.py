@@ -2,8 +2,9 @@
 
 A run directory holds everything about one run:
 
-    config.json          the TransformerConfig (a rerun must use the same one)
-    run.json             the data and run settings
+    config.json          the TransformerConfig (a rerun must use the same one, or change only
+                         training hyperparameters with --allow-training-changes)
+    run.json             the data and run settings, and any training changes made on resume
     subwords.model       the shared subword vocabulary (§5.1), trained on the training split
     backup/              Keras BackupAndRestore state: resume after a crash or kill -9
     checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
@@ -21,6 +22,7 @@ import dataclasses
 import json
 import logging
 import math
+import time
 from pathlib import Path
 
 import keras
@@ -41,6 +43,12 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # few and fitted to the training lengths: 6 pad Multi30k to 89% real tokens (1-token buckets:
 # 94%, ~35 shapes).
 XLA_BUCKETS = 6
+# Hyperparameters of the batches and the objective, not of the model or of Eq. 3's schedule: a
+# resume may change them when asked to, e.g. to continue with larger updates once the validation
+# loss has flattened. Any other change would make the restored weights or optimizer meaningless.
+CHANGEABLE_ON_RESUME = frozenset(
+    {"batch_tokens", "residual_dropout", "attention_dropout", "relu_dropout", "label_smoothing"}
+)
 
 
 @dataclasses.dataclass
@@ -64,6 +72,7 @@ class TrainingRun:
     keep_checkpoints: int = 5
     devices: int | None = None
     accumulate: int = 1
+    allow_training_changes: bool = False
     precision: str = "float32"
     jit_compile: bool = False
     seed: int | None = 1234
@@ -92,30 +101,48 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     """Creates the run directory, or checks that a rerun uses the same configuration."""
     run.output.mkdir(parents=True, exist_ok=True)
     config_path = run.output / "config.json"
+    run_path = run.output / "run.json"
+    saved_run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    training_changes = saved_run.get("training_changes", [])
+    # The vocabulary was trained cased or lowercased once; a resume cannot change that.
+    saved_lowercase = saved_run.get("lowercase", False) if saved_run else run.lowercase
+    if saved_lowercase != run.lowercase:
+        raise ConfigError(
+            f"{run_path} was trained with lowercase={saved_lowercase}, this rerun asks for "
+            f"{run.lowercase}: {'add' if saved_lowercase else 'drop'} --lowercase to resume"
+        )
     if config_path.exists():
         saved = TransformerConfig.from_json(config_path.read_text())
-        if saved != config:
-            changed = {
-                k: (v, getattr(config, k))
-                for k, v in saved.to_dict().items()
-                if v != getattr(config, k)
-            }
-            raise ConfigError(
-                f"{config_path} holds a different configuration (saved, requested): {changed}; "
-                "use another --output or the same settings to resume"
-            )
+        changed = {
+            k: (v, getattr(config, k))
+            for k, v in saved.to_dict().items()
+            if v != getattr(config, k)
+        }
+        if changed:
+            check_resume_changes(config_path, changed, run.allow_training_changes)
+            logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
+            training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
+            config_path.write_text(config.to_json())
     else:
         config_path.write_text(config.to_json())
-    run_path = run.output / "run.json"
-    if run_path.exists():
-        # The vocabulary was trained cased or lowercased once; a resume cannot change that.
-        saved_lowercase = json.loads(run_path.read_text()).get("lowercase", False)
-        if saved_lowercase != run.lowercase:
-            raise ConfigError(
-                f"{run_path} was trained with lowercase={saved_lowercase}, this rerun asks for "
-                f"{run.lowercase}: {'add' if saved_lowercase else 'drop'} --lowercase to resume"
-            )
-    run_path.write_text(json.dumps(run.to_dict(), indent=2))
+    run_path.write_text(
+        json.dumps({**run.to_dict(), "training_changes": training_changes}, indent=2)
+    )
+
+
+def check_resume_changes(config_path: Path, changed: dict, allowed: bool):
+    """Raises unless every change is one `--allow-training-changes` permits, and it is given."""
+    fixed = sorted(set(changed) - CHANGEABLE_ON_RESUME)
+    if fixed or not allowed:
+        hint = (
+            f"{fixed} fix the model or its schedule"
+            if fixed
+            else "add --allow-training-changes to resume with them"
+        )
+        raise ConfigError(
+            f"{config_path} holds a different configuration (saved, requested): {changed}; "
+            f"{hint}, or use another --output"
+        )
 
 
 def compile_model(

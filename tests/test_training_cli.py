@@ -136,10 +136,26 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     assert relowered.returncode != 0
     assert "lowercase=False" in relowered.stderr and "drop --lowercase" in relowered.stderr
     assert json.loads((output / "run.json").read_text())["lowercase"] is False
+    redropped = run(train_command(corpus, output, "--max-steps", "3", "--set", "relu_dropout=0.2"))
+    assert redropped.returncode != 0 and "--allow-training-changes" in redropped.stderr
+    reshaped = train_command(corpus, output, "--set", "d_ff=64", "--allow-training-changes")
+    reshaped = run([*reshaped, "--max-steps", "3", "--set", "relu_dropout=0.2"])
+    assert reshaped.returncode != 0 and "['d_ff'] fix the model" in reshaped.stderr
+
+    # Larger batches from step 3 on, asked for: the run goes on from its backup, and says so.
+    rebatched = run(
+        train_command(corpus, output, "--max-steps", "5", "--batch-tokens", "1024")
+        + ["--allow-training-changes", "--log-every", "1"]
+    )
+    assert rebatched.returncode == 0, rebatched.stderr[-3000:]
+    assert json.loads((output / "config.json").read_text())["batch_tokens"] == 1024
+    [change] = json.loads((output / "run.json").read_text())["training_changes"]
+    assert change["batch_tokens"] == [512, 1024] and set(change) == {"time", "batch_tokens"}
+    assert [step for step, _ in train_losses(output)][-2:] == [4, 5]
 
     for path in (output / "backup").rglob("*.h5"):
         path.write_bytes(b"\x00garbage")
-    corrupt = run(train_command(corpus, output, "--max-steps", "6", "--checkpoint-every", "1"))
+    corrupt = run(train_command(corpus, output, "--max-steps", "6", "--batch-tokens", "1024"))
     assert corrupt.returncode != 0
     assert "cannot resume from the backup" in corrupt.stderr
     assert str(output / "backup") in corrupt.stderr
