@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig
+from keras_transformer.decoding import greedy_decode
 from keras_transformer.training import compile_model
 
 CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=5)
@@ -34,6 +35,9 @@ def test_mixed_precision_trains_without_nan(policy, precision):
     losses = model.fit(x, y, batch_size=4, epochs=3, verbose=0).history["loss"]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert model((x[0][:1], x[1][:1])).dtype == "float32"  # logits stay float32
+    # Cached decoding runs under the policy too: its cache takes the compute dtype.
+    decoded = greedy_decode(model, x[0][:2], extra_length=3)
+    assert np.all(np.isfinite(decoded.log_probs)) and decoded.ids.shape == (2, 7 + 3)
 
 
 def test_xla_gives_the_same_losses_as_the_plain_path():
