@@ -103,31 +103,31 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     config_path = run.output / "config.json"
     run_path = run.output / "run.json"
     saved_run = json.loads(run_path.read_text()) if run_path.exists() else {}
-    training_changes = saved_run.get("training_changes", [])
     # The vocabulary was trained cased or lowercased once; a resume cannot change that.
-    saved_lowercase = saved_run.get("lowercase", False) if saved_run else run.lowercase
-    if saved_lowercase != run.lowercase:
+    saved_lowercase = saved_run.get("lowercase", False)
+    if saved_run and saved_lowercase != run.lowercase:
         raise ConfigError(
             f"{run_path} was trained with lowercase={saved_lowercase}, this rerun asks for "
             f"{run.lowercase}: {'add' if saved_lowercase else 'drop'} --lowercase to resume"
         )
-    if config_path.exists():
-        saved = TransformerConfig.from_json(config_path.read_text())
-        changed = {
-            k: (v, getattr(config, k))
-            for k, v in saved.to_dict().items()
-            if v != getattr(config, k)
-        }
-        if changed:
-            check_resume_changes(config_path, changed, run.allow_training_changes)
-            logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
-            training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
-            config_path.write_text(config.to_json())
-    else:
-        config_path.write_text(config.to_json())
+    changed = changes_from_saved(config_path, config)
+    training_changes = saved_run.get("training_changes", [])
+    if changed:
+        check_resume_changes(config_path, changed, run.allow_training_changes)
+        logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
+        training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
+    config_path.write_text(config.to_json())
     run_path.write_text(
         json.dumps({**run.to_dict(), "training_changes": training_changes}, indent=2)
     )
+
+
+def changes_from_saved(config_path: Path, config: TransformerConfig) -> dict:
+    """`{field: (saved, requested)}` for each field that differs from `config_path`, if any."""
+    if not config_path.exists():
+        return {}
+    saved = TransformerConfig.from_json(config_path.read_text()).to_dict()
+    return {k: (v, getattr(config, k)) for k, v in saved.items() if v != getattr(config, k)}
 
 
 def check_resume_changes(config_path: Path, changed: dict, allowed: bool):
