@@ -116,7 +116,11 @@ class TraceCounter(keras.callbacks.Callback):
 
 
 class MetricsJsonl(EveryUpdate):
-    """Appends `{"step", "epoch", "time", "kind", ...metrics}` lines to a file."""
+    """Appends `{"step", "epoch", "time", "kind", ...metrics}` lines to a file.
+
+    Each process begins with a `start` record of the step it trains from, so that a reader can
+    drop what an earlier process logged past that step: work a resume from the backup undid.
+    """
 
     def __init__(self, path, every_steps=50):
         super().__init__()
@@ -135,6 +139,10 @@ class MetricsJsonl(EveryUpdate):
         }
         with self.path.open("a") as file:
             file.write(json.dumps(record) + "\n")
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self.write("start", {})
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

@@ -2,7 +2,9 @@
 
 Reads the run's `metrics.jsonl` (written by `callbacks.MetricsJsonl`). Each training process
 counts its time from its own start, so a resumed run restarts the clock; the segments are laid
-end to end, which makes the x axis the run's total training time.
+end to end, which makes the x axis the run's total training time. A resumed process restarts
+from the last backup, so the steps an earlier process logged past it were trained again: its
+`start` record drops them, and the curve shows each step once, as the weights last saw it.
 """
 
 import json
@@ -16,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_metrics(path) -> list[dict]:
-    """The records of a `metrics.jsonl`, each with `minutes` of training time since the start.
+    """The records of a `metrics.jsonl`, each with `minutes` of training time since the start,
+    without the steps that a later process, resumed from an earlier backup, trained again.
 
     Errors name the file and line of a record that is not JSON.
     """
@@ -32,7 +35,10 @@ def read_metrics(path) -> list[dict]:
             if record["time"] < previous:  # a new process: resumed from its backup
                 offset += previous
             previous = record["time"]
-            records.append({**record, "minutes": (offset + record["time"]) / 60.0})
+            if record["kind"] == "start":
+                records = [r for r in records if r["step"] <= record["step"]]
+            else:
+                records.append({**record, "minutes": (offset + record["time"]) / 60.0})
     return records
 
 

@@ -222,7 +222,7 @@ def validation_scores(
 def build_callbacks(run: TrainingRun, tokenizer, files) -> list[keras.callbacks.Callback]:
     metrics = run_callbacks.MetricsJsonl(run.output / "metrics.jsonl", every_steps=run.log_every)
     callbacks = [
-        resumable_backup(run),
+        resumable_backup(run),  # first: it restores the step that the others read when they begin
         run_callbacks.TokenThroughput(),
         run_callbacks.TraceCounter(),
         run_callbacks.RollingCheckpoints(

@@ -1,4 +1,5 @@
-"""Learning curves: resumed segments laid end to end, a PNG drawn, bad records named."""
+"""Learning curves: resumed segments laid end to end, retrained steps dropped, a PNG drawn, bad
+records named."""
 
 import json
 
@@ -13,10 +14,12 @@ def write_records(path, records):
 
 
 SEGMENTS = [
+    {"kind": "start", "step": 0, "time": 0.5},
     {"kind": "train", "step": 50, "time": 60.0, "loss": 6.0},
     {"kind": "epoch", "step": 100, "time": 120.0, "loss": 5.0, "val_loss": 4.5},
     {"kind": "bleu", "step": 100, "time": 130.0, "val_bleu": 3.0},
     # The run was killed and resumed: the new process counts from zero again.
+    {"kind": "start", "step": 100, "time": 0.4},
     {"kind": "train", "step": 150, "time": 30.0, "loss": 4.0},
     {"kind": "bleu", "step": 200, "time": 90.0, "val_bleu": 9.0},
 ]
@@ -27,6 +30,27 @@ def test_resumed_segments_are_laid_end_to_end(tmp_path):
     write_records(path, SEGMENTS)
     minutes = [r["minutes"] for r in read_metrics(path)]
     assert minutes == pytest.approx([1.0, 2.0, 130 / 60, (130 + 30) / 60, (130 + 90) / 60])
+
+
+def test_steps_a_resume_trained_again_are_dropped(tmp_path):
+    """Killed at step 180 with its backup at step 100: steps 101-180 were trained twice, and
+    only the second time counts, at the minutes it happened."""
+    path = tmp_path / "metrics.jsonl"
+    killed = [
+        {"kind": "train", "step": 150, "time": 190.0, "loss": 4.4},
+        {"kind": "bleu", "step": 180, "time": 240.0, "val_bleu": 7.0},
+    ]
+    write_records(path, SEGMENTS[:4] + killed + SEGMENTS[4:])
+    records = read_metrics(path)
+    assert [(r["kind"], r["step"]) for r in records] == [
+        ("train", 50),
+        ("epoch", 100),
+        ("bleu", 100),
+        ("train", 150),
+        ("bleu", 200),
+    ]
+    assert records[3]["loss"] == 4.0
+    assert records[3]["minutes"] == pytest.approx((240 + 30) / 60)
 
 
 PARSING = [

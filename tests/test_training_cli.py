@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from keras_transformer.learning_curve import read_metrics
 from repo_paths import REPO_ROOT
 
 SLICE = {"train": 1200, "val": 40, "test_2016_flickr": 40}
@@ -76,10 +77,18 @@ def test_kill_9_then_rerun_resumes_from_the_last_backup(corpus, tmp_path):
     assert "resumed from" in resumed.stderr
     resumed_step = int(resumed.stderr.split("at step ")[1].split(",")[0])
     assert 5 <= resumed_step < 40
-    steps = [step for step, _ in train_losses(output)]
+    logged = train_losses(output)
+    steps = [step for step, _ in logged]
     # The rerun logged steps resumed+1 .. 40 and never step 1 again: the counter continued.
     assert steps[-(40 - resumed_step) :] == list(range(resumed_step + 1, 41))
     assert steps.count(1) == 1
+    # The curve has each step once, in order: what the killed process logged past its backup
+    # was trained again, and only the rerun's record counts. (The kill may fall between saving
+    # the backup and logging that step, so a step can be missing.)
+    metrics = read_metrics(output / "metrics.jsonl")
+    curve = [(r["step"], r["loss"]) for r in metrics if r["kind"] == "train"]
+    assert [step for step, _ in curve] == sorted(set(steps))
+    assert curve[-(40 - resumed_step) :] == logged[-(40 - resumed_step) :]
     assert (output / "model.weights.h5").exists()
 
 
