@@ -46,7 +46,12 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     scores = ops.cast(scores, "float32") / math.sqrt(depth)
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(-3.4028235e38, "float32"))
-    weights = ops.softmax(scores, axis=-1)
+    if scores.shape[-1] == 1:
+        # One key takes all the weight (softmax over one position is 1), which Keras's softmax
+        # warns about as a likely mistake; here it is the first step of uncached decoding.
+        weights = ops.ones_like(scores)
+    else:
+        weights = ops.softmax(scores, axis=-1)
     dropped = dropout(weights, training=training) if dropout is not None else weights
     output = ops.matmul(ops.cast(dropped, value.dtype), value)
     return output, weights
