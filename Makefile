@@ -35,7 +35,8 @@ demo: install
 	$(PYTHON) -m keras_transformer export --model $(DEMO_RUN) --output saved_models/demo
 
 # Multi30k recipe (docs/RESULTS.md): train the `multi30k` preset EN->DE and EN->FR for
-# M30K_MINUTES each (rerunning resumes), average the last 5 checkpoints, and score
+# M30K_MINUTES each or until 10 epochs have not lowered the validation loss (rerunning
+# resumes), average the last 5 checkpoints, and score
 # test_2016_flickr greedy and beam 4 on the final weights and beam 4 on the average. Hypotheses
 # and scores go to $(M30K_RUNS)/multi30k-en<tgt>/eval/, a learning curve to learning_curve.png.
 # M30K_FLAGS passes more flags to `train`, e.g. M30K_FLAGS="--set residual_dropout=0.2".
@@ -49,7 +50,7 @@ train-multi30k: $(foreach target,$(M30K_TARGETS),$(M30K_RUNS)/multi30k-en$(targe
 $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 	$(PYTHON) -m keras_transformer train --preset multi30k --data-dir $(DATA_DIR) --src en \
 		--tgt $* --output $(@D) --jit-compile --max-minutes $(M30K_MINUTES) \
-		--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300 $(M30K_FLAGS)
+		--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300 --patience 10 $(M30K_FLAGS)
 	$(PYTHON) -m keras_transformer average $(@D) --last 5
 	for beam in 1 4; do \
 		$(PYTHON) -m keras_transformer evaluate --model $(@D) --beam $$beam \

@@ -49,6 +49,7 @@ def _train(args):
         lowercase=args.lowercase,
         max_steps=args.max_steps,
         max_minutes=args.max_minutes,
+        patience=args.patience,
         epochs=args.epochs,
         checkpoint_every=args.checkpoint_every,
         checkpoint_minutes=args.checkpoint_minutes,
@@ -334,6 +335,11 @@ def _add_train(commands):
     train.add_argument("--batch-tokens", type=int, help="tokens per batch and side (§5.1)")
     train.add_argument("--max-steps", type=int)
     train.add_argument("--max-minutes", type=float, help="wall-clock budget of this process")
+    train.add_argument(
+        "--patience",
+        type=int,
+        help="stop after N epochs without a lower validation loss (resumed runs included)",
+    )
     train.add_argument("--epochs", type=int, default=1000)
     train.add_argument("--checkpoint-every", type=int, default=500, help="steps")
     train.add_argument("--checkpoint-minutes", type=float)

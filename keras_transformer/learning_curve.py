@@ -1,13 +1,10 @@
 """Learning curves of a run: loss and validation BLEU (or parsing F1) against wall-clock minutes.
 
-Reads the run's `metrics.jsonl` (written by `callbacks.MetricsJsonl`). Each training process
-counts its time from its own start, so a resumed run restarts the clock; the segments are laid
-end to end, which makes the x axis the run's total training time. A resumed process restarts
-from the last backup, so the steps an earlier process logged past it were trained again: its
-`start` record drops them, and the curve shows each step once, as the weights last saw it.
+Reads the run's `metrics.jsonl` with `callbacks.read_metrics`: the resumed processes laid end to
+end, so that the x axis is the run's total training time, and each step once, as the weights
+last saw it.
 """
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -16,30 +13,7 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def read_metrics(path) -> list[dict]:
-    """The records of a `metrics.jsonl`, each with `minutes` of training time since the start,
-    without the steps that a later process, resumed from an earlier backup, trained again.
-
-    Errors name the file and line of a record that is not JSON.
-    """
-    records, offset, previous = [], 0.0, 0.0
-    with Path(path).open(encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from error
-            if record["time"] < previous:  # a new process: resumed from its backup
-                offset += previous
-            previous = record["time"]
-            if record["kind"] == "start":
-                records = [r for r in records if r["step"] <= record["step"]]
-            else:
-                records.append({**record, "minutes": (offset + record["time"]) / 60.0})
-    return records
+from keras_transformer.callbacks import read_metrics  # noqa: E402
 
 
 def plot_learning_curve(metrics_path, output_path, title=None) -> Path:

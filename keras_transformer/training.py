@@ -66,6 +66,7 @@ class TrainingRun:
     lowercase: bool = False
     max_steps: int | None = None
     max_minutes: float | None = None
+    patience: int | None = None
     epochs: int = 1000
     checkpoint_every: int | None = 500
     checkpoint_minutes: float | None = None
@@ -88,8 +89,9 @@ class TrainingRun:
             raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
         if self.accumulate < 1:
             raise ConfigError(f"--accumulate {self.accumulate} must be at least 1")
-        if self.max_steps is not None and self.max_steps <= 0:
-            raise ConfigError(f"--max-steps {self.max_steps} must be positive")
+        for flag, value in (("--max-steps", self.max_steps), ("--patience", self.patience)):
+            if value is not None and value <= 0:
+                raise ConfigError(f"{flag} {value} must be positive")
 
     def to_dict(self):
         return {
@@ -219,7 +221,9 @@ def validation_scores(
     )
 
 
-def build_callbacks(run: TrainingRun, tokenizer, files) -> list[keras.callbacks.Callback]:
+def build_callbacks(
+    run: TrainingRun, tokenizer, files, plateau: run_callbacks.StopOnPlateau | None
+) -> list[keras.callbacks.Callback]:
     metrics = run_callbacks.MetricsJsonl(run.output / "metrics.jsonl", every_steps=run.log_every)
     callbacks = [
         resumable_backup(run),  # first: it restores the step that the others read when they begin
@@ -240,7 +244,23 @@ def build_callbacks(run: TrainingRun, tokenizer, files) -> list[keras.callbacks.
         callbacks.append(run_callbacks.StopAtStep(run.max_steps))
     if run.max_minutes:
         callbacks.append(run_callbacks.StopAfterMinutes(run.max_minutes))
+    if plateau:
+        callbacks.append(plateau)
     return callbacks
+
+
+def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | None:
+    """`--patience`'s callback, primed with the validation losses logged up to `step`."""
+    if not run.patience:
+        return None
+    metrics = run.output / "metrics.jsonl"
+    records = run_callbacks.read_metrics(metrics) if metrics.exists() else []
+    history = [
+        r["val_loss"]
+        for r in records
+        if r["kind"] == "epoch" and "val_loss" in r and r["step"] <= step
+    ]
+    return run_callbacks.StopOnPlateau(run.patience, history)
 
 
 def configure_numerics(run: TrainingRun):
@@ -315,8 +335,19 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
         step = restored_step(model, resumable_backup(run))
     final = run.output / "model.weights.h5"
+    plateau = plateau_stop(run, step)
     if run.max_steps and step >= run.max_steps:
         logger.info("the run already reached step %d of --max-steps %d", step, run.max_steps)
+        run_callbacks.save_weights_atomically(model, final)
+        return final
+    if plateau and plateau.plateaued:
+        logger.info(
+            "the run already stopped improving: validation loss %.4f, then %d epochs without a "
+            "better one (--patience %d)",
+            plateau.best,
+            plateau.stale_epochs,
+            run.patience,
+        )
         run_callbacks.save_weights_atomically(model, final)
         return final
     logger.info(
@@ -335,7 +366,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         validation_data=dataset("validation"),
         epochs=run.epochs,
         steps_per_epoch=epoch_steps,
-        callbacks=build_callbacks(run, tokenizer, files),
+        callbacks=build_callbacks(run, tokenizer, files, plateau),
         verbose=run.verbose,
     )
     run_callbacks.save_weights_atomically(model, final)

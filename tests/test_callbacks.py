@@ -1,8 +1,10 @@
-"""Callbacks that report on training: throughput from training batches only."""
+"""Callbacks that report on training: throughput from training batches only; stopping on a
+validation-loss plateau."""
 
 import time
+from types import SimpleNamespace
 
-from keras_transformer.callbacks import TokenThroughput
+from keras_transformer.callbacks import StopOnPlateau, TokenThroughput
 
 
 def test_epoch_throughput_is_the_training_rate_not_the_validation_count():
@@ -65,3 +67,19 @@ def test_epoch_logs_keep_the_training_token_count_through_validation():
     )
     assert history.history["target_tokens"] == [16.0]
     assert history.history["val_target_tokens"] == [4.0]
+
+
+def test_plateau_counts_epochs_since_the_best_validation_loss_across_a_resume():
+    stop = StopOnPlateau(3, history=[3.0, 2.5, 2.6])  # the epochs before the resume
+    stop.set_model(SimpleNamespace(stop_training=False))
+    assert (stop.best, stop.stale_epochs, stop.plateaued) == (2.5, 1, False)
+    stop.on_epoch_end(3, {"loss": 2.0})  # no validation this epoch: nothing counted
+    stop.on_epoch_end(4, {"val_loss": 2.5})  # equal is not better
+    assert stop.stale_epochs == 2 and not stop.model.stop_training
+    stop.on_epoch_end(5, {"val_loss": 2.4})
+    assert (stop.best, stop.stale_epochs) == (2.4, 0)
+    for epoch, loss in enumerate([2.45, 2.41], start=6):
+        stop.on_epoch_end(epoch, {"val_loss": loss})
+    assert not stop.model.stop_training
+    stop.on_epoch_end(8, {"val_loss": 2.7})
+    assert stop.plateaued and stop.model.stop_training

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from keras_transformer.callbacks import read_metrics
 from keras_transformer.cli import main
-from keras_transformer.learning_curve import read_metrics
 
 
 def write_records(path, records):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from keras_transformer.learning_curve import read_metrics
+from keras_transformer.callbacks import read_metrics
 from repo_paths import REPO_ROOT
 
 SLICE = {"train": 1200, "val": 40, "test_2016_flickr": 40}
@@ -161,6 +161,21 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     [change] = json.loads((output / "run.json").read_text())["training_changes"]
     assert change["batch_tokens"] == [512, 1024] and set(change) == {"time", "batch_tokens"}
     assert [step for step, _ in train_losses(output)][-2:] == [4, 5]
+
+    # A run that stops backs up where it stopped: the rerun goes on from step 5, not from the
+    # periodic backup at step 3. --patience counts the epochs logged before it, up to step 5:
+    # two without a lower validation loss end the run at once (a record past step 5 was undone).
+    epoch = {"kind": "epoch", "epoch": 9, "time": 9.0}
+    plateau = [{**epoch, "step": 5, "val_loss": 99.0}, {**epoch, "step": 5, "val_loss": 98.0}]
+    undone = {**epoch, "step": 7, "val_loss": 0.1}
+    with (output / "metrics.jsonl").open("a") as file:
+        file.writelines(json.dumps(r) + "\n" for r in [*plateau, undone])
+    patient = train_command(corpus, output, "--max-steps", "8", "--batch-tokens", "1024")
+    patient = run([*patient, "--patience", "2"])
+    assert patient.returncode == 0, patient.stderr[-3000:]
+    assert "at step 5," in patient.stderr
+    assert "already stopped improving" in patient.stderr and "2 epochs" in patient.stderr
+    assert [step for step, _ in train_losses(output)][-1] == 5
 
     for path in (output / "backup").rglob("*.h5"):
         path.write_bytes(b"\x00garbage")
