@@ -16,21 +16,32 @@ from keras import ops
 from keras_transformer.masks import PAD_ID
 
 
+def reference_logits(target_ids, logits):
+    """x_y, each position's logit of its reference token: `[batch, length]`.
+
+    A masked sum rather than a gather: XLA fuses the comparison into the reduction, and the
+    gradient is elementwise (a gather is differentiated by a scatter into a dense zero tensor of
+    the logits' size). Written once, so that the loss and the metrics compute it alike and XLA
+    computes it once for all of them.
+    """
+    one_hot = ops.one_hot(ops.cast(target_ids, "int32"), logits.shape[-1], dtype=logits.dtype)
+    return ops.sum(one_hot * logits, axis=-1)
+
+
 def token_cross_entropy(target_ids, logits, label_smoothing=0.0):
     """Per-token smoothed cross entropy `[batch, length]` (zero where `target_ids` is padding).
 
     With Σ_v q_v = 1 and log p_v = x_v - logsumexp(x), the cross entropy needs no log-softmax:
-    H(q, p) = -Σ_v q_v log p_v = logsumexp(x) - Σ_v q_v x_v. Written so, the target enters only
-    through an elementwise comparison that XLA fuses into the reduction, and the gradient,
-    softmax(x) - q, is elementwise too (a gather of log p_y would be differentiated by a scatter
-    into a dense zero tensor of the logits' size).
+    H(q, p) = -Σ_v q_v log p_v = logsumexp(x) - Σ_v q_v x_v, and with q = (1 - ε)·onehot(y) + ε/V,
+    Σ_v q_v x_v = (1 - ε)·x_y + ε·mean(x). Three reductions over the logits, with the gradient
+    softmax(x) - q elementwise; the unsmoothed loss (perplexity's) shares the first two.
     """
     logits = ops.cast(logits, "float32")
-    target_ids = ops.cast(target_ids, "int32")
-    vocab_size = logits.shape[-1]
-    smoothed = ops.one_hot(target_ids, vocab_size) * (1.0 - label_smoothing)
-    smoothed += label_smoothing / vocab_size
-    loss = ops.logsumexp(logits, axis=-1) - ops.sum(smoothed * logits, axis=-1)
+    loss = ops.logsumexp(logits, axis=-1) - (1.0 - label_smoothing) * reference_logits(
+        target_ids, logits
+    )
+    if label_smoothing:
+        loss -= label_smoothing * ops.mean(logits, axis=-1)
     return ops.where(ops.not_equal(target_ids, PAD_ID), loss, 0.0)
 
 

@@ -50,6 +50,19 @@ def test_masked_accuracy_and_perplexity():
     assert float(perplexity.result()) == pytest.approx(1 / 0.5, rel=1e-5)
 
 
+def test_masked_accuracy_is_the_argmax_hit_rate_over_real_tokens():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(4, 6, 9)).astype("float32")
+    targets = rng.integers(1, 9, size=(4, 6))
+    targets[:, 4:] = 0
+    targets[0, :3] = logits[0, :3].argmax(-1)  # some hits for certain
+    accuracy = MaskedAccuracy()
+    accuracy.update_state(targets, logits)
+    real = targets != 0
+    expected = (logits.argmax(-1) == targets)[real].mean()
+    assert expected > 0 and float(accuracy.result()) == pytest.approx(expected)
+
+
 def test_gradient_is_softmax_minus_smoothed_target_over_real_tokens():
     import tensorflow as tf
 
