@@ -21,6 +21,9 @@ class _TokenMetric(keras.metrics.Metric):
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        # The ids as Keras hands them to the loss, converted to float32: with the same ops on
+        # the same inputs, XLA computes what the metrics share with the loss only once.
+        y_true = ops.cast(y_true, "float32")
         real = ops.cast(ops.not_equal(y_true, PAD_ID), "float32")
         self.total.assign_add(ops.sum(self.per_token(y_true, y_pred) * real))
         self.count.assign_add(ops.sum(real))
