@@ -411,6 +411,16 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 self.resumed_epoch,
             )
 
+    def on_epoch_end(self, epoch, logs=None):
+        # A stop set by a batch (--max-steps, --max-minutes) ends the epoch early, but Keras still
+        # ends it: the backup taken at the end of training must restart that epoch, as a periodic
+        # one would. This callback runs first, so --patience, which stops at an epoch's end, has
+        # not set `stop_training` yet for a complete epoch.
+        interrupted = self.model.stop_training
+        super().on_epoch_end(epoch, logs)
+        if interrupted:
+            self._current_epoch = epoch
+
     def on_train_end(self, logs=None):
         # A run that stops (--max-steps, --max-minutes, --patience) backs up where it stopped, so
         # that a rerun goes on from there, not from the last periodic backup up to
