@@ -103,8 +103,9 @@ def _search(args, defaults) -> dict:
     return {name: defaults[name] if value is None else value for name, value in given.items()}
 
 
-def _load_translator(args):
-    """The `Translator` of `translate` and `evaluate` (`--well-formed`: lexicalized parsers)."""
+def _load_translator(args, jit_compile=False):
+    """The `Translator` of `translate`, `evaluate` and `export` (`--well-formed`: lexicalized
+    parsers)."""
     from keras_transformer.translator import load_run
 
     target = _run_settings(args.model).get("target_language")
@@ -113,12 +114,12 @@ def _load_translator(args):
             f"--well-formed needs a parser trained with --tgt lexicalized; {args.model} has "
             f"target {target!r}"
         )
-    return load_run(args.model, args.weights, args.jit_compile, args.well_formed)
+    return load_run(args.model, args.weights, jit_compile, args.well_formed)
 
 
 def _translate(args):
     scoring = _task(args.model)
-    translator = _load_translator(args)
+    translator = _load_translator(args, args.jit_compile)
     lines = _read_input(args.input)
     translations = translator.translate(lines, **_search(args, scoring.search))
     text = "".join(scoring.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
@@ -163,7 +164,7 @@ def _evaluate(args):
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
     scoring = task(dataset, target, run.get("lowercase", False))
     search = _search(args, scoring.search)
-    translator = _load_translator(args)
+    translator = _load_translator(args, args.jit_compile)
     scores = evaluate_corpus(
         translator,
         *files[split],
@@ -192,10 +193,9 @@ def _curve(args):
 
 def _export(args):
     from keras_transformer.export import export_saved_model, export_tflite
-    from keras_transformer.translator import load_run
 
     search = _search(args, _task(args.model).search)
-    translator = load_run(args.model, args.weights)
+    translator = _load_translator(args)
     if args.format == "tflite":
         path = export_tflite(
             translator,
@@ -246,6 +246,10 @@ def _add_search_arguments(parser):
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+    _add_well_formed(parser)
+
+
+def _add_well_formed(parser):
     parser.add_argument(
         "--well-formed",
         action="store_true",
@@ -289,6 +293,7 @@ def _add_decoding(commands):
     search.add_argument("--beam", type=int, help="default 4, or 21 for ptb; 1 decodes greedily")
     search.add_argument("--alpha", type=float, help="default 0.6, or 0.3 for ptb")
     search.add_argument("--extra-length", type=int, help="default 50, or 300 for ptb")
+    _add_well_formed(search)
     tflite = export.add_argument_group("tflite")
     tflite.add_argument("--quantize", choices=["dynamic"], help="int8 weights")
     tflite.add_argument("--source-length", type=int, default=64, help="max source subwords")

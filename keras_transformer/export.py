@@ -19,8 +19,10 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
 
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
-`keras_transformer.parsing.repaired_tree`); TensorFlow Serving requires every input of a
-signature, so the search settings get a signature of their own rather than optional inputs.
+`keras_transformer.parsing.repaired_tree`, or well-formed as decoded when the translator carries
+a `tree_constraint.WellFormedTrees`, which then goes into every signature). TensorFlow Serving
+requires every input of a signature, so the search settings get a signature of their own rather
+than optional inputs.
 Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
 Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
@@ -70,11 +72,12 @@ EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
 class TranslationModule(tf.Module):
     """The trained model and its tokenizer with the serving functions (see module docstring)."""
 
-    def __init__(self, model, tokenizer, search=None):
+    def __init__(self, model, tokenizer, search=None, constraint=None):
         super().__init__(name="translation")
         self.model = model
         self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
         self.default_search = search or SEARCH
+        self.constraint = constraint
 
     def source_ids(self, text):
         """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
@@ -83,7 +86,9 @@ class TranslationModule(tf.Module):
         return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
 
     def search(self, source_ids, beam_size, alpha, extra_length):
-        result = beam_decode(self.model, source_ids, beam_size, alpha, extra_length)
+        result = beam_decode(
+            self.model, source_ids, beam_size, alpha, extra_length, constraint=self.constraint
+        )
         return result.ids[:, 0], result.scores[:, 0]
 
     def translate(self, text, beam_size, alpha, extra_length):
@@ -129,7 +134,9 @@ def export_saved_model(translator, base, search=None) -> Path:
     version = (versions(base) or [0])[-1] + 1
     final, staging = base / str(version), base / f".{version}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    module = TranslationModule(translator.model, translator.tokenizer, search)
+    module = TranslationModule(
+        translator.model, translator.tokenizer, search, translator.constraint
+    )
     tf.saved_model.save(module, str(staging), signatures=module.signatures())
     os.rename(staging, final)
     logger.info("exported version %d to %s", version, final)
@@ -140,16 +147,18 @@ def export_saved_model(translator, base, search=None) -> Path:
 TFLITE_SOURCE_LENGTH = 64
 
 
-def tflite_search_function(model, source_length, beam_size, alpha, extra_length):
+def tflite_search_function(model, source_length, beam_size, alpha, extra_length, constraint=None):
     """The decoding `tf.function` for TFLite: fixed batch 1 and lengths; greedy if beam 1."""
     spec = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
 
     @tf.function(input_signature=[spec])
     def translate(source_ids):
         if beam_size == 1:
-            result = greedy_decode(model, source_ids, extra_length)
+            result = greedy_decode(model, source_ids, extra_length, constraint=constraint)
             return {"target_ids": result.ids, "scores": result.log_probs}
-        result = beam_decode(model, source_ids, beam_size, alpha, extra_length)
+        result = beam_decode(
+            model, source_ids, beam_size, alpha, extra_length, constraint=constraint
+        )
         return {"target_ids": result.ids[:, 0], "scores": result.scores[:, 0]}
 
     return translate
@@ -171,7 +180,7 @@ def export_tflite(
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
     search = tflite_search_function(
-        translator.model, source_length, beam_size, alpha, extra_length
+        translator.model, source_length, beam_size, alpha, extra_length, translator.constraint
     ).get_concrete_function()
     frozen = convert_variables_to_constants_v2(search)
     # A variable-free module around the frozen graph keeps the signature's names in TFLite.

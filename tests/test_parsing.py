@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the export uses)
+from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer import cli
 from keras_transformer.evaluation import task
+from keras_transformer.export import TFLITE_SOURCE_LENGTH
 from keras_transformer.parsing import parse_scores, present
+from keras_transformer.translator import load_run
+from pipelines.tokenizer import PAD_ID
 
 # Real files of each split: 89 sentences to train on, 5 to validate, 3 to test.
 SLICE = [*range(1, 11), 160, 185]
@@ -169,3 +173,31 @@ def test_a_lexicalized_parser_searches_only_well_formed_trees(
     hypotheses = (directory / f"{stem}.well_formed.hyp").read_text().splitlines()
     for sentence, hypothesis in zip(sentences.read_text().splitlines(), hypotheses, strict=True):
         assert len(nltk.Tree.fromstring(hypothesis).leaves()) == len(sentence.split())
+
+    # Exported with the constraint, the SavedModel decodes the trees `evaluate` did, unrepaired.
+    export = tmp_path / "export"
+    cli.main(
+        ["export", "--model", str(run), "--output", str(export), "--beam", "2", "--well-formed"]
+    )
+    serve = tf.saved_model.load(str(export / "1")).signatures["serving_default"]
+    served = serve(text=tf.constant(sentences.read_text().splitlines()))["translations"]
+    assert [tree.decode() for tree in served.numpy()] == hypotheses
+
+    # So does the TFLite model, whose lengths are fixed at export: the same ids as the SavedModel.
+    tflite = tmp_path / "parser.tflite"
+    search = ("--beam", "2", "--extra-length", "60", "--well-formed")
+    cli.main(
+        ["export", "--model", str(run), "--format", "tflite", "--output", str(tflite), *search]
+    )
+    runner = Interpreter(model_path=str(tflite)).get_signature_runner("translate")
+    serve_ids = tf.saved_model.load(str(export / "1")).signatures["translate_ids"]
+    for ids in load_run(run).encode_sentences(sentences.read_text().splitlines()):
+        source = np.array([ids + [PAD_ID] * (TFLITE_SOURCE_LENGTH - len(ids))], np.int32)
+        expected = serve_ids(
+            source_ids=tf.constant(source),
+            beam_size=tf.constant(2),
+            alpha=tf.constant(0.3),
+            extra_length=tf.constant(60),
+        )["target_ids"].numpy()[0]
+        target = runner(source_ids=source)["target_ids"][0]
+        np.testing.assert_array_equal(np.trim_zeros(target, "b"), np.trim_zeros(expected, "b"))
