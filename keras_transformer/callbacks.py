@@ -145,6 +145,7 @@ class MetricsJsonl(EveryUpdate):
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
+        _drop_unterminated_record(self.path)
         self.write("start", {})
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -155,7 +156,22 @@ class MetricsJsonl(EveryUpdate):
             self.write("train", logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        self.write("epoch", logs)
+        # A rerun trains a cut-short epoch again: its record is no epoch's for --patience.
+        self.write("partial_epoch" if cut_short(self.model) else "epoch", logs)
+
+
+def _drop_unterminated_record(path):
+    """Cuts a last line without its newline: a record that a killed process did not finish, which
+    the next record would otherwise be appended to."""
+    if not path.exists():
+        return
+    text = path.read_bytes()
+    if text and not text.endswith(b"\n"):
+        kept = text[: text.rfind(b"\n") + 1]
+        logger.warning(
+            "%s: dropped an unfinished last record (%d bytes)", path, len(text) - len(kept)
+        )
+        path.write_bytes(kept)
 
 
 def read_metrics(path) -> list[dict]:
@@ -164,7 +180,8 @@ def read_metrics(path) -> list[dict]:
 
     Each process counts its time from its own start; the processes are laid end to end.
 
-    Errors name the file and line of a record that is not JSON.
+    Errors name the file and line of a record that is not JSON. An unfinished last line (a
+    process writing it now, or killed while writing) is left out.
     """
     records, offset, previous = [], 0.0, 0.0
     with Path(path).open(encoding="utf-8") as file:
@@ -174,6 +191,8 @@ def read_metrics(path) -> list[dict]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
+                if not line.endswith("\n"):
+                    break
                 raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from error
             if record["time"] < previous:  # a new process: resumed from its backup
                 offset += previous
@@ -319,6 +338,17 @@ class ValidationScores(EveryUpdate):
         )
 
 
+def cut_short(model) -> bool:
+    """In `on_epoch_end`: whether a batch stopped training before the epoch's end (--max-steps,
+    --max-minutes), Keras ending the epoch anyway.
+
+    `StopOnPlateau`, the only callback that stops at an epoch's end, runs after every callback
+    that asks (`training.build_callbacks` puts it last). A stop on the epoch's last batch counts as
+    cut short too: the rerun then trains that epoch again, which repeats data but skips none.
+    """
+    return bool(model.stop_training)
+
+
 class StopAtStep(keras.callbacks.Callback):
     """Stops training once the optimizer has taken `max_steps` steps (resumed runs included)."""
 
@@ -375,7 +405,7 @@ class StopOnPlateau(keras.callbacks.Callback):
         return self.stale_epochs >= self.patience
 
     def on_epoch_end(self, epoch, logs=None):
-        if not logs or "val_loss" not in logs:
+        if cut_short(self.model) or not logs or "val_loss" not in logs:
             return
         self.observe(float(logs["val_loss"]))
         if self.plateaued:
@@ -403,6 +433,9 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
                 f"cannot resume from the backup in {self.backup_dir} "
                 f"({self._weights_path}): {error}. Delete that directory to start over."
             ) from error
+        # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
+        # the end of the restarted epoch would say epoch 0.
+        self._current_epoch = self.resumed_epoch
         if Path(self._weights_path).exists():
             logger.info(
                 "resumed from %s at step %d, restarting epoch %d",
@@ -412,14 +445,10 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             )
 
     def on_epoch_end(self, epoch, logs=None):
-        # A stop set by a batch (--max-steps, --max-minutes) ends the epoch early, but Keras still
-        # ends it: the backup taken at the end of training must restart that epoch, as a periodic
-        # one would. This callback runs first, so --patience, which stops at an epoch's end, has
-        # not set `stop_training` yet for a complete epoch.
-        interrupted = self.model.stop_training
-        super().on_epoch_end(epoch, logs)
-        if interrupted:
-            self._current_epoch = epoch
+        # A cut-short epoch stays the one to restart: the backup at the end of training says so,
+        # and none says otherwise before it.
+        if not cut_short(self.model):
+            super().on_epoch_end(epoch, logs)
 
     def on_train_end(self, logs=None):
         # A run that stops (--max-steps, --max-minutes, --patience) backs up where it stopped, so

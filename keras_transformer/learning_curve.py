@@ -21,20 +21,20 @@ def plot_learning_curve(metrics_path, output_path, title=None) -> Path:
     minutes into a PNG."""
     records = read_metrics(metrics_path)
 
-    def series(kind, key):
-        points = [(r["minutes"], r[key]) for r in records if r["kind"] == kind and key in r]
+    def series(kinds, key):
+        points = [(r["minutes"], r[key]) for r in records if r["kind"] in kinds and key in r]
         return tuple(zip(*points, strict=True)) if points else ((), ())
 
     figure, (loss_axis, score_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    loss_axis.plot(*series("train", "loss"), label="training loss (running mean of the epoch)")
-    loss_axis.plot(*series("epoch", "val_loss"), "o-", label="validation loss")
+    loss_axis.plot(*series(("train",), "loss"), label="training loss (running mean of the epoch)")
+    loss_axis.plot(*series(("epoch", "partial_epoch"), "val_loss"), "o-", label="validation loss")
     loss_axis.set(xlabel="training minutes", ylabel="label-smoothed cross entropy")
     loss_axis.legend()
     if any(r["kind"] == "parsing" for r in records):
-        score_axis.plot(*series("parsing", "val_f1"), "o-", color="tab:green")
+        score_axis.plot(*series(("parsing",), "val_f1"), "o-", color="tab:green")
         score_axis.set(xlabel="training minutes", ylabel="greedy validation F1 (EVALB)")
     else:
-        score_axis.plot(*series("bleu", "val_bleu"), "o-", color="tab:green")
+        score_axis.plot(*series(("bleu",), "val_bleu"), "o-", color="tab:green")
         score_axis.set(xlabel="training minutes", ylabel="greedy validation sacreBLEU")
     for axis in (loss_axis, score_axis):
         axis.grid(alpha=0.3)

@@ -245,7 +245,7 @@ def build_callbacks(
     if run.max_minutes:
         callbacks.append(run_callbacks.StopAfterMinutes(run.max_minutes))
     if plateau:
-        callbacks.append(plateau)
+        callbacks.append(plateau)  # last: `callbacks.cut_short` holds for those before it
     return callbacks
 
 

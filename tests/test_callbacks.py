@@ -83,3 +83,10 @@ def test_plateau_counts_epochs_since_the_best_validation_loss_across_a_resume():
     assert not stop.model.stop_training
     stop.on_epoch_end(8, {"val_loss": 2.7})
     assert stop.plateaued and stop.model.stop_training
+
+
+def test_an_epoch_cut_short_by_a_batch_is_not_counted_for_patience():
+    stop = StopOnPlateau(1, history=[2.0])
+    stop.set_model(SimpleNamespace(stop_training=True))  # --max-minutes stopped it mid-epoch
+    stop.on_epoch_end(3, {"val_loss": 2.5})  # the rerun trains epoch 3 again
+    assert stop.stale_epochs == 0 and not stop.plateaued

@@ -1,5 +1,6 @@
 """Rolling checkpoints, their average (§6.1), and clear errors for corrupt files."""
 
+import json
 from pathlib import Path
 
 import keras
@@ -9,10 +10,12 @@ import pytest
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.callbacks import (
     CheckpointError,
+    MetricsJsonl,
     ResumableBackup,
     RollingCheckpoints,
     StopAtStep,
     list_checkpoints,
+    read_metrics,
     save_weights_atomically,
 )
 from keras_transformer.checkpoint_averaging import average_last_checkpoints, load_weights_checked
@@ -83,27 +86,45 @@ def test_corrupt_checkpoint_names_the_file(tmp_path):
         load_weights_checked(Transformer(CONFIG), tmp_path / "missing.weights.h5")
 
 
+def backup_position(backup):
+    return json.loads((backup / "training_metadata.json").read_text())
+
+
 def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
     x, y = toy_data()
     backup = tmp_path / "backup"
     model = compiled_model()
+    metrics = MetricsJsonl(tmp_path / "metrics.jsonl")
     model.fit(
         x,
         y,
         batch_size=2,
         epochs=3,
         verbose=0,
-        callbacks=[ResumableBackup(backup, save_freq=2, delete_checkpoint=False), StopAtStep(6)],
+        callbacks=[
+            ResumableBackup(backup, save_freq=2, delete_checkpoint=False),
+            metrics,
+            StopAtStep(6),
+        ],
     )
     assert int(model.optimizer.iterations) == 6
+    # Stopped at step 6 = epoch 1, batch 2 (4 batches an epoch), which Keras ends all the same.
+    ended = [(r["kind"], r["step"]) for r in read_metrics(metrics.path) if "epoch" in r["kind"]]
+    assert ended == [("epoch", 4), ("partial_epoch", 6)]
+    assert backup_position(backup) == {"epoch": 1, "batch": 1}
 
-    # Stopped at step 6 = epoch 1, batch 2 (4 batches an epoch). Resuming restores step 6 and
-    # restarts epoch 1, so epochs 1-2 add 8 steps: 14. Starting over would give 12.
+    # Resuming restores step 6 and restarts epoch 1, so epochs 1-2 add 8 steps: 14. Starting
+    # over would give 12. The backups in the restarted epoch name it too.
     resumed = compiled_model()
     backup_callback = ResumableBackup(backup, save_freq=2, delete_checkpoint=False)
-    resumed.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[backup_callback])
+    positions = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(backup_position(backup))
+    )
+    seen = []
+    resumed.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[backup_callback, positions])
     assert backup_callback.resumed_epoch == 1
     assert int(resumed.optimizer.iterations) == 14
+    assert seen[1] == {"epoch": 1, "batch": 1}  # step 8, backed up (save_freq 2)
 
     for path in backup.rglob("*.h5"):
         path.write_bytes(b"garbage")

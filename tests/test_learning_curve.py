@@ -2,10 +2,12 @@
 records named."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import tensorflow as tf
 
-from keras_transformer.callbacks import read_metrics
+from keras_transformer.callbacks import MetricsJsonl, read_metrics
 from keras_transformer.cli import main
 
 
@@ -71,3 +73,17 @@ def test_a_broken_record_names_file_and_line(tmp_path):
     path.write_text(json.dumps(SEGMENTS[0]) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl, line 2"):
         read_metrics(path)
+
+
+def test_a_record_a_killed_process_left_unfinished_is_dropped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_records(path, SEGMENTS[:3])
+    with path.open("a") as file:
+        file.write('{"kind": "train", "step": 1')  # killed mid-write
+    assert [r["step"] for r in read_metrics(path)] == [50, 100]
+
+    resumed = MetricsJsonl(path)  # the next process cuts it before its first record
+    resumed.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=tf.Variable(100))))
+    resumed.on_train_begin()
+    assert [(r["kind"], r["step"]) for r in read_metrics(path)] == [("train", 50), ("epoch", 100)]
+    assert path.read_text().splitlines()[-1].startswith('{"kind": "start", "step": 100')

@@ -163,10 +163,11 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     assert [step for step, _ in train_losses(output)][-2:] == [4, 5]
 
     # A run that stops backs up where it stopped: the rerun goes on from step 5, not from the
-    # periodic backup at step 3. --patience counts the epochs logged before it, up to step 5:
-    # two without a lower validation loss end the run at once (a record past step 5 was undone).
+    # periodic backup at step 3. --patience counts the epochs logged before it, up to step 5
+    # (the runs above all stopped mid-epoch: their records are partial_epoch, not counted): two
+    # without a lower validation loss end the run at once (a record past step 5 was undone).
     epoch = {"kind": "epoch", "epoch": 9, "time": 9.0}
-    plateau = [{**epoch, "step": 5, "val_loss": 99.0}, {**epoch, "step": 5, "val_loss": 98.0}]
+    plateau = [{**epoch, "step": 5, "val_loss": loss} for loss in (97.0, 99.0, 98.0)]
     undone = {**epoch, "step": 7, "val_loss": 0.1}
     with (output / "metrics.jsonl").open("a") as file:
         file.writelines(json.dumps(r) + "\n" for r in [*plateau, undone])
