@@ -5,7 +5,7 @@ import logging
 import sys
 from pathlib import Path
 
-from keras_transformer.config import PRESETS, TransformerConfig
+from keras_transformer.config import PRESETS, TABLE3_CHANGES, TransformerConfig
 
 DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
 
@@ -27,6 +27,15 @@ def _presets(args):
         )
 
 
+def train_config(args) -> TransformerConfig:
+    """The preset, changed by its Table 3 row (--variation), then by --set and --batch-tokens."""
+    config = TransformerConfig.preset(args.preset)
+    if args.variation:
+        config = config.variation(args.variation)
+    config = config.with_overrides(args.set)
+    return config.replace(batch_tokens=args.batch_tokens) if args.batch_tokens else config
+
+
 def _train(args):
     from keras_transformer.training import TrainingRun, train
 
@@ -36,9 +45,7 @@ def _train(args):
         configure_logical_cpus(args.devices)
     from pipelines.datasets import default_languages
 
-    config = TransformerConfig.preset(args.preset).with_overrides(args.set)
-    if args.batch_tokens:
-        config = config.replace(batch_tokens=args.batch_tokens)
+    config = train_config(args)
     source, target = default_languages(args.dataset)
     run = TrainingRun(
         output=args.output,
@@ -184,6 +191,12 @@ def _attention(args):
     print(f"{args.sentence} -> {translation}\nwrote {args.output}")
 
 
+def _variations(args):
+    from keras_transformer.model_variations import variations_table
+
+    print(variations_table(args.runs, args.rows))
+
+
 def _curve(args):
     from keras_transformer.learning_curve import plot_learning_curve
 
@@ -327,6 +340,11 @@ def _add_decoding(commands):
 def _add_train(commands):
     train = commands.add_parser("train", help="train or resume a run with model.fit")
     train.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    train.add_argument(
+        "--variation",
+        choices=sorted(TABLE3_CHANGES),
+        help="change the preset as this Table 3 row changes base (§6.2), e.g. A-h1",
+    )
     train.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
     train.add_argument("--dataset", default="multi30k", help="multi30k, or ptb for parsing (§6.3)")
     train.add_argument("--src", help="source language (default: en; words for ptb)")
@@ -408,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     presets = commands.add_parser("presets", help="list the configuration presets")
     presets.set_defaults(handler=_presets)
+    variations = commands.add_parser(
+        "variations", help="Table 3 rows tried on a recipe (make table3-multi30k) as a table"
+    )
+    variations.add_argument("runs", type=Path, help="holds recipe/ and one run per row")
+    variations.add_argument("--rows", nargs="+", default=None, choices=sorted(TABLE3_CHANGES))
+    variations.set_defaults(handler=_variations)
     _add_train(commands)
     _add_average(commands)
     _add_decoding(commands)

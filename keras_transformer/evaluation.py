@@ -102,7 +102,8 @@ def bleu_summary(scores) -> str:
     )
 
 
-def _file_stem(split, search, well_formed) -> str:
+def file_stem(split, search, well_formed=False) -> str:
+    """`val.beam4.alpha0.6`: the name of a split's hypotheses and scores under a search."""
     beam_size = search.get("beam_size", 4)
     stem = f"{split}.beam{beam_size}"
     if beam_size > 1:  # the length penalty does not change a greedy search
@@ -142,7 +143,7 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     split = Path(source_path).name.split(".")[0]
-    stem = _file_stem(split, search, well_formed)
+    stem = file_stem(split, search, well_formed)
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores
