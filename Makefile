@@ -66,6 +66,7 @@ $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 # compares its rows at equal steps) and beam-decoded on the validation split from its final
 # weights, as the paper scores Table 3 on its development set. Then the table of BLEU differences
 # beside the paper's, into $(TABLE3_RUNS)/table3.md. Rerunning skips the runs already scored.
+# The rows, `recipe` and the scores path are model_variations.py's (tests/test_model_variations.py).
 TABLE3_ROWS ?= A-h1 C-N2 D-drop0.0 D-ls0.0 E-learned
 TABLE3_STEPS ?= 2800
 TABLE3_RUNS ?= runs/table3

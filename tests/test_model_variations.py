@@ -2,12 +2,20 @@
 table sets the measured BLEU differences beside the paper's."""
 
 import json
+import re
 
 import pytest
 
 from keras_transformer.cli import build_parser, train_config
 from keras_transformer.config import ConfigError, TransformerConfig
-from keras_transformer.model_variations import SCORES, paper_delta, variations_table
+from keras_transformer.model_variations import (
+    RECIPE,
+    SCALED_ROWS,
+    SCORES,
+    paper_delta,
+    variations_table,
+)
+from repo_paths import REPO_ROOT
 
 
 def changed_fields(config, reference):
@@ -82,3 +90,14 @@ def test_a_run_not_yet_scored_is_named(tmp_path):
     write_run(tmp_path / "recipe", 2800, 5.1, 36.0)
     with pytest.raises(FileNotFoundError, match="C-N2/eval/model/val.beam4.alpha0.6"):
         variations_table(tmp_path, ["C-N2"])
+
+
+def test_the_make_target_runs_what_the_table_reads():
+    makefile = (REPO_ROOT / "Makefile").read_text()
+
+    def value(name):
+        return re.search(rf"^{name} [?:]= (.*)$", makefile, re.MULTILINE).group(1).split()
+
+    assert value("TABLE3_ROWS") == list(SCALED_ROWS)
+    assert value("TABLE3_SCORES") == [SCORES.as_posix()]
+    assert f"filter-out {RECIPE}," in makefile and f"run,{RECIPE} " in makefile
