@@ -65,7 +65,8 @@ $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 # TABLE3_STEPS updates (about the recipe's 50 minutes in this machine's fast state: the paper
 # compares its rows at equal steps) and beam-decoded on the validation split from its final
 # weights, as the paper scores Table 3 on its development set. Then the table of BLEU differences
-# beside the paper's, into $(TABLE3_RUNS)/table3.md. Rerunning skips the runs already scored.
+# beside the paper's, into $(TABLE3_RUNS)/table3.md, and its plot into table3.png. Rerunning skips
+# the runs already scored.
 # The rows, `recipe` and the scores path are model_variations.py's (tests/test_model_variations.py).
 TABLE3_ROWS ?= A-h1 C-N2 D-drop0.0 D-ls0.0 E-learned
 TABLE3_STEPS ?= 2800
@@ -74,7 +75,8 @@ TABLE3_SCORES := eval/model/val.beam4.alpha0.6.scores.json
 table3-multi30k: $(TABLE3_RUNS)/table3.md
 
 $(TABLE3_RUNS)/table3.md: $(foreach run,recipe $(TABLE3_ROWS),$(TABLE3_RUNS)/$(run)/$(TABLE3_SCORES))
-	$(PYTHON) -m keras_transformer variations $(TABLE3_RUNS) --rows $(TABLE3_ROWS) > $@
+	$(PYTHON) -m keras_transformer variations $(TABLE3_RUNS) --rows $(TABLE3_ROWS) \
+		--plot $(@D)/table3.png > $@
 	cat $@
 
 # $* is the row, or `recipe` for the unchanged preset.

@@ -192,9 +192,11 @@ def _attention(args):
 
 
 def _variations(args):
-    from keras_transformer.model_variations import variations_table
+    from keras_transformer.model_variations import plot_variations, variations_table
 
     print(variations_table(args.runs, args.rows))
+    if args.plot:  # logged, not printed: stdout is the table, which make redirects to a file
+        logging.info("wrote %s", plot_variations(args.runs, args.plot, args.rows))
 
 
 def _curve(args):
@@ -431,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     variations.add_argument("runs", type=Path, help="holds recipe/ and one run per row")
     variations.add_argument("--rows", nargs="+", default=None, choices=sorted(TABLE3_CHANGES))
+    variations.add_argument(
+        "--plot", type=Path, help="also draw the differences and validation curves into this PNG"
+    )
     variations.set_defaults(handler=_variations)
     _add_train(commands)
     _add_average(commands)

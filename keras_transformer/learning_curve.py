@@ -38,6 +38,11 @@ def plot_learning_curve(metrics_path, output_path, title=None) -> Path:
         score_axis.set(xlabel="training minutes", ylabel="greedy validation sacreBLEU")
     for axis in (loss_axis, score_axis):
         axis.grid(alpha=0.3)
+    return save_figure(figure, output_path, title)
+
+
+def save_figure(figure, output_path, title=None) -> Path:
+    """Writes `figure` as a PNG, creating its folder, and closes it; returns the path."""
     if title:
         figure.suptitle(title)
     figure.tight_layout()

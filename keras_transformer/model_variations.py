@@ -6,7 +6,8 @@ checkpoint averaging". `make table3-multi30k` repeats that with the `multi30k` r
 of base: it trains the recipe and each row's change of it (`TransformerConfig.variation`) for the
 same number of updates, decodes the validation split with beam 4 (α = 0.6) from the final
 weights, and `variations_table` sets each row's BLEU difference from the recipe beside the
-paper's difference from base.
+paper's difference from base; `plot_variations` draws the same differences, and each run's
+greedy validation BLEU against its updates.
 
 Example:
 >>> paper_delta("A-h1")  # single-head attention against base's 8 heads
@@ -21,6 +22,7 @@ from keras_transformer.callbacks import read_metrics
 from keras_transformer.config import TABLE3_CHANGES, TABLE3_PAPER
 from keras_transformer.decoding import SEARCH
 from keras_transformer.evaluation import file_stem
+from keras_transformer.learning_curve import plt, save_figure
 
 # The rows the recipe is varied by: heads (A), depth (C), regularization (D), positions (E).
 SCALED_ROWS = ("A-h1", "C-N2", "D-drop0.0", "D-ls0.0", "E-learned")
@@ -76,6 +78,18 @@ def _change(row: str) -> str:
     return ", ".join(f"{key}={value}" for key, value in TABLE3_CHANGES[row].items())
 
 
+def _results(runs_dir, rows):
+    """The recipe's `RunResult` and, for each row, `(row, its RunResult, BLEU minus the
+    recipe's)`."""
+    runs_dir = Path(runs_dir)
+    recipe = RunResult.read(runs_dir / RECIPE)
+    varied = []
+    for row in rows or SCALED_ROWS:
+        result = RunResult.read(runs_dir / row)
+        varied.append((row, result, result.bleu - recipe.bleu))
+    return recipe, varied
+
+
 def variations_table(runs_dir, rows=None) -> str:
     """A markdown table: the recipe, then each row with its BLEU difference beside the paper's.
 
@@ -83,8 +97,7 @@ def variations_table(runs_dir, rows=None) -> str:
     `make table3-multi30k` does; `rows` defaults to `SCALED_ROWS`. The direction agrees when both
     differences have the same sign at one decimal, the paper's precision (0 agrees only with 0).
     """
-    runs_dir, rows = Path(runs_dir), rows or SCALED_ROWS
-    recipe = RunResult.read(runs_dir / RECIPE)
+    recipe, varied = _results(runs_dir, rows)
     lines = [
         "| row | change | updates | minutes | val PPL | val BLEU | Δ BLEU | tok. lc BLEU "
         "| paper Δ BLEU | paper PPL (base 4.92) | same direction |",
@@ -93,9 +106,8 @@ def variations_table(runs_dir, rows=None) -> str:
         f"| {recipe.val_perplexity:.2f} | {recipe.bleu:.2f} | | "
         f"{recipe.bleu_tokenized_lowercase:.2f} | | | |",
     ]
-    for row in rows:
-        result = RunResult.read(runs_dir / row)
-        delta, paper = result.bleu - recipe.bleu, paper_delta(row)
+    for row, result, delta in varied:
+        paper = paper_delta(row)
         agrees = _sign(round(delta, 1)) == _sign(paper)
         lines.append(
             f"| {row} | {_change(row)} | {result.updates} | {result.minutes:.0f} "
@@ -104,3 +116,42 @@ def variations_table(runs_dir, rows=None) -> str:
             f"| {'yes' if agrees else 'no'} |"
         )
     return "\n".join(lines)
+
+
+def plot_variations(runs_dir, output_path, rows=None) -> Path:
+    """A PNG of the table: each row's BLEU difference beside the paper's (bars), and the greedy
+    validation BLEU that each run logged during training against its updates."""
+    runs_dir = Path(runs_dir)
+    _, varied = _results(runs_dir, rows)
+    figure, (delta_axis, curve_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
+    positions = range(len(varied))
+    delta_axis.barh(
+        [p + 0.2 for p in positions],
+        [delta for _, _, delta in varied],
+        0.4,
+        label="here: row − recipe (Multi30k val)",
+    )
+    delta_axis.barh(
+        [p - 0.2 for p in positions],
+        [paper_delta(row) for row, _, _ in varied],
+        0.4,
+        label="paper: row − base (newstest2013)",
+    )
+    delta_axis.set_yticks(list(positions), [f"{row}\n{_change(row)}" for row, _, _ in varied])
+    delta_axis.invert_yaxis()
+    delta_axis.axvline(0, color="black", linewidth=0.8)
+    delta_axis.set(xlabel="Δ BLEU against the unchanged model (beam 4, final weights)")
+    delta_axis.legend()
+    for run in (RECIPE, *(row for row, _, _ in varied)):
+        points = [
+            (r["step"], r["val_bleu"])
+            for r in read_metrics(runs_dir / run / "metrics.jsonl")
+            if r["kind"] == "bleu"
+        ]
+        steps, bleu = zip(*points, strict=True) if points else ((), ())
+        curve_axis.plot(steps, bleu, "o-", label=run, linewidth=2.5 if run == RECIPE else 1.2)
+    curve_axis.set(xlabel="updates", ylabel="greedy validation sacreBLEU, logged in training")
+    curve_axis.legend()
+    for axis in (delta_axis, curve_axis):
+        axis.grid(alpha=0.3)
+    return save_figure(figure, output_path, f"Table 3 at the recipe's scale: {runs_dir}")

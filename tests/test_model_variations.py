@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from keras_transformer.cli import build_parser, train_config
+from keras_transformer.cli import build_parser, main, train_config
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model_variations import (
     RECIPE,
@@ -90,6 +90,21 @@ def test_a_run_not_yet_scored_is_named(tmp_path):
     write_run(tmp_path / "recipe", 2800, 5.1, 36.0)
     with pytest.raises(FileNotFoundError, match="C-N2/eval/model/val.beam4.alpha0.6"):
         variations_table(tmp_path, ["C-N2"])
+
+
+def test_variations_prints_the_table_and_draws_it(tmp_path, capsys):
+    write_run(tmp_path / "recipe", 2800, 5.1, 36.0)
+    write_run(tmp_path / "A-h1", 2800, 5.4, 35.0)
+    plot = tmp_path / "plots" / "table3.png"
+
+    main(["variations", str(tmp_path), "--rows", "A-h1", "--plot", str(plot)])
+
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[3].startswith("| A-h1 | num_heads=1 | 2800 |")
+    header = plot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert (width, height) == (1440, 540)  # 12 × 4.5 inches at 120 dpi
 
 
 def test_the_make_target_runs_what_the_table_reads():
