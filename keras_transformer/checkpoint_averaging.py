@@ -45,6 +45,8 @@ def average_last_checkpoints(model, directory: Path, last: int, output: Path) ->
 
     Returns the checkpoints used, oldest first.
     """
+    if last < 1:  # available[-0:] would be every checkpoint
+        raise CheckpointError(f"asked to average the last {last} checkpoints: at least 1")
     available = list_checkpoints(directory)
     if len(available) < last:
         raise CheckpointError(

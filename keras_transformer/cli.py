@@ -10,6 +10,18 @@ from keras_transformer.config import PRESETS, TABLE3_CHANGES, TransformerConfig
 DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
 
 
+def at_least(minimum: int):
+    """An argparse `type`: an int of at least `minimum`, refused by argparse with its value."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    return parse
+
+
 def _params(args):
     from keras_transformer.parameter_count import format_table3
 
@@ -250,14 +262,16 @@ def _add_search_arguments(parser):
     parser.add_argument("--model", type=Path, required=True, help="training run directory")
     parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
     parser.add_argument(
-        "--beam", type=int, help="beam size; 1 decodes greedily (default 4; 21 for ptb, §6.3)"
+        "--beam",
+        type=at_least(1),
+        help="beam size; 1 decodes greedily (default 4; 21 for ptb, §6.3)",
     )
     parser.add_argument(
         "--alpha", type=float, help="length penalty α (default 0.6, §6.1; 0.3 for ptb, §6.3)"
     )
     parser.add_argument(
         "--extra-length",
-        type=int,
+        type=at_least(0),
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
@@ -305,9 +319,11 @@ def _add_decoding(commands):
     search = export.add_argument_group(
         "search of serving_default, or of the TFLite model (fixed at export)"
     )
-    search.add_argument("--beam", type=int, help="default 4, or 21 for ptb; 1 decodes greedily")
+    search.add_argument(
+        "--beam", type=at_least(1), help="default 4, or 21 for ptb; 1 decodes greedily"
+    )
     search.add_argument("--alpha", type=float, help="default 0.6, or 0.3 for ptb")
-    search.add_argument("--extra-length", type=int, help="default 50, or 300 for ptb")
+    search.add_argument("--extra-length", type=at_least(0), help="default 50, or 300 for ptb")
     _add_well_formed(search)
     tflite = export.add_argument_group("tflite")
     tflite.add_argument("--quantize", choices=["dynamic"], help="int8 weights")
@@ -408,7 +424,7 @@ def _add_train(commands):
 def _add_average(commands):
     average = commands.add_parser("average", help="average the last checkpoints of a run (§6.1)")
     average.add_argument("run", type=Path, help="run directory")
-    average.add_argument("--last", type=int, default=5)
+    average.add_argument("--last", type=at_least(1), default=5)
     average.add_argument("--output", type=Path)
     average.set_defaults(handler=_average)
 

@@ -87,11 +87,29 @@ class TrainingRun:
         self.output, self.data_dir = Path(self.output), Path(self.data_dir)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
-        if self.accumulate < 1:
-            raise ConfigError(f"--accumulate {self.accumulate} must be at least 1")
-        for flag, value in (("--max-steps", self.max_steps), ("--patience", self.patience)):
+        # Caught here, before anything is written: a 0 would otherwise divide by zero in a
+        # callback (--log-every), or mean "all" where it reads as "none" (--keep-checkpoints).
+        positive = {
+            "--max-steps": self.max_steps,
+            "--max-minutes": self.max_minutes,
+            "--patience": self.patience,
+            "--epochs": self.epochs,
+            "--checkpoint-minutes": self.checkpoint_minutes,
+            "--keep-checkpoints": self.keep_checkpoints,
+            "--devices": self.devices,
+            "--accumulate": self.accumulate,
+            "--log-every": self.log_every,
+            "--bleu-sentences": self.bleu_sentences,
+        }
+        for flag, value in positive.items():
             if value is not None and value <= 0:
                 raise ConfigError(f"{flag} {value} must be positive")
+        for flag, value in (
+            ("--checkpoint-every", self.checkpoint_every),
+            ("--bleu-every", self.bleu_every),
+        ):
+            if value is not None and value < 0:
+                raise ConfigError(f"{flag} {value} must be positive, or 0 for never")
 
     def to_dict(self):
         return {
@@ -105,13 +123,8 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     config_path = run.output / "config.json"
     run_path = run.output / "run.json"
     saved_run = json.loads(run_path.read_text()) if run_path.exists() else {}
-    # The vocabulary was trained cased or lowercased once; a resume cannot change that.
-    saved_lowercase = saved_run.get("lowercase", False)
-    if saved_run and saved_lowercase != run.lowercase:
-        raise ConfigError(
-            f"{run_path} was trained with lowercase={saved_lowercase}, this rerun asks for "
-            f"{run.lowercase}: {'add' if saved_lowercase else 'drop'} --lowercase to resume"
-        )
+    if saved_run:
+        check_same_data(run_path, saved_run, run)
     changed = changes_from_saved(config_path, config)
     training_changes = saved_run.get("training_changes", [])
     if changed:
@@ -122,6 +135,32 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     run_path.write_text(
         json.dumps({**run.to_dict(), "training_changes": training_changes}, indent=2)
     )
+
+
+# The data a run's vocabulary and weights were trained on, with the flag that names it: a resume
+# that changed one would train on the other data with them, and score as if it never had.
+DATA_FLAGS = {
+    "dataset": "--dataset",
+    "source_language": "--src",
+    "target_language": "--tgt",
+    "lowercase": "--lowercase",
+}
+
+
+def check_same_data(run_path: Path, saved_run: dict, run: TrainingRun):
+    """Raises unless `run` reads the data that the run saved in `run_path` was trained on."""
+    for field, flag in DATA_FLAGS.items():
+        saved, requested = saved_run.get(field, getattr(TrainingRun, field)), getattr(run, field)
+        if saved == requested:
+            continue
+        if field == "lowercase":
+            hint = f"{'add' if saved else 'drop'} {flag} to resume"
+        else:
+            hint = f"{flag} {saved} resumes it; another --output starts a new run"
+        raise ConfigError(
+            f"{run_path} was trained with {field}={saved!r}, this rerun asks for {requested!r}: "
+            f"{hint}"
+        )
 
 
 def changes_from_saved(config_path: Path, config: TransformerConfig) -> dict:

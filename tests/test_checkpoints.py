@@ -77,6 +77,11 @@ def test_too_few_checkpoints_is_an_error(tmp_path):
         average_last_checkpoints(Transformer(CONFIG), tmp_path, 5, tmp_path / "a.weights.h5")
 
 
+def test_averaging_none_is_an_error_not_all(tmp_path):
+    with pytest.raises(CheckpointError, match="last 0 checkpoints: at least 1"):
+        average_last_checkpoints(Transformer(CONFIG), tmp_path, 0, tmp_path / "a.weights.h5")
+
+
 def test_corrupt_checkpoint_names_the_file(tmp_path):
     corrupt = tmp_path / "ckpt-00000010.weights.h5"
     corrupt.write_bytes(b"not an h5 file")

@@ -1,0 +1,72 @@
+"""A run directory holds one run: a rerun resumes it only on the same data; options and counts
+out of range are refused before anything is written or run."""
+
+import json
+
+import pytest
+
+from keras_transformer.cli import build_parser
+from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.training import TrainingRun, prepare_run_directory
+
+CONFIG = TransformerConfig.preset("tiny")
+
+
+def make_run(tmp_path, **options):
+    return TrainingRun(output=tmp_path / "run", data_dir=tmp_path / "data", **options)
+
+
+def test_a_rerun_on_the_same_data_resumes(tmp_path):
+    prepare_run_directory(make_run(tmp_path, max_steps=3), CONFIG)
+    prepare_run_directory(make_run(tmp_path, max_steps=9), CONFIG)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["max_steps"] == 9
+
+
+@pytest.mark.parametrize(
+    "changed, message",
+    [
+        ({"target_language": "fr"}, r"target_language='de'.*'fr': --tgt de resumes it"),
+        ({"source_language": "de", "target_language": "en"}, r"source_language='en'.*--src en"),
+        ({"dataset": "ptb"}, r"dataset='multi30k'.*--dataset multi30k"),
+        ({"lowercase": True}, r"lowercase=False.*True: drop --lowercase"),
+    ],
+)
+def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed, message):
+    prepare_run_directory(make_run(tmp_path), CONFIG)
+    saved = (tmp_path / "run" / "run.json").read_text()
+
+    with pytest.raises(ConfigError, match=message):
+        prepare_run_directory(make_run(tmp_path, **changed), CONFIG)
+    assert (tmp_path / "run" / "run.json").read_text() == saved
+
+
+@pytest.mark.parametrize(
+    "option, value, flag",
+    [
+        ("log_every", 0, "--log-every 0 must be positive"),
+        ("keep_checkpoints", 0, "--keep-checkpoints 0 must be positive"),
+        ("accumulate", 0, "--accumulate 0 must be positive"),
+        ("max_minutes", -1.0, "--max-minutes -1.0 must be positive"),
+        ("bleu_every", -5, "--bleu-every -5 must be positive, or 0 for never"),
+    ],
+)
+def test_an_option_out_of_range_is_named_before_anything_is_written(tmp_path, option, value, flag):
+    with pytest.raises(ConfigError, match=flag):
+        make_run(tmp_path, **{option: value})
+    assert not (tmp_path / "run").exists()
+    make_run(tmp_path, bleu_every=0, checkpoint_every=0)  # 0: never
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["average", "run", "--last", "0"],
+        ["evaluate", "--model", "run", "--beam", "0"],
+        ["translate", "--model", "run", "--extra-length", "-1"],
+        ["export", "--model", "run", "--output", "out", "--beam", "-2"],
+    ],
+)
+def test_a_count_out_of_range_is_refused_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert "is below" in capsys.readouterr().err
