@@ -85,7 +85,7 @@ $(TABLE3_RUNS)/%/$(TABLE3_SCORES): | install
 		--tgt de --output $(TABLE3_RUNS)/$* $(if $(filter-out recipe,$*),--variation $*) \
 		--jit-compile --max-steps $(TABLE3_STEPS) --checkpoint-every 100 --bleu-every 300
 	$(PYTHON) -m keras_transformer evaluate --model $(TABLE3_RUNS)/$* --split val --beam 4 \
-		--data-dir $(DATA_DIR)
+		--weights $(TABLE3_RUNS)/$*/model.weights.h5 --data-dir $(DATA_DIR)
 
 test: install
 	$(PYTHON) -m pytest -q

@@ -116,3 +116,6 @@ def test_the_make_target_runs_what_the_table_reads():
     assert value("TABLE3_ROWS") == list(SCALED_ROWS)
     assert value("TABLE3_SCORES") == [SCORES.as_posix()]
     assert f"filter-out {RECIPE}," in makefile and f"run,{RECIPE} " in makefile
+    # §6.2 scores the final weights, which `evaluate` would pass over for an averaged file.
+    assert "--weights $(TABLE3_RUNS)/$*/model.weights.h5" in makefile
+    assert SCORES.parts[:2] == ("eval", "model")
