@@ -49,7 +49,10 @@ def repaired_tree(sentence, hypothesis):
 
 
 def present(sentence, hypothesis) -> str:
-    """A decoded string → the repaired tree over the sentence's words, on one line."""
+    """A decoded string → the repaired tree over the sentence's words, on one line; an empty
+    line stays empty (a tree needs a word)."""
+    if not sentence.split():
+        return ""
     return repaired_tree(sentence, hypothesis)[0].pformat(margin=sys.maxsize)
 
 

@@ -76,6 +76,7 @@ def test_translate_prints_the_repaired_tree_over_the_words():
         == "(S (NP (XX Rain)) (VP (XX fell)) (. .))"
     )
     assert present("Rain fell .", "(S (NP XX (VP XX") == "(S (NP (XX Rain) (VP (XX fell))) (XX .))"
+    assert present("  ", "") == ""  # a blank input line stays blank, as in translation
 
 
 def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkeypatch, capsys):
