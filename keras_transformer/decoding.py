@@ -195,3 +195,24 @@ def beam_decode(
         model, source_ids, extra_length, beam_size, cached, constraint
     )
     return beam_search(step_fn, first_ids, cache, beam_size, alpha, length, limits)
+
+
+def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
+    """The best target ids `[batch, out]` of each source and their scores: greedy decoding for
+    `beam_size` 1 (scores: log-probabilities), beam search otherwise (scores: divided by the
+    length penalty, §6.1). A tensor `beam_size`, as a serving signature takes it, chooses at
+    run time."""
+
+    def greedy():
+        result = greedy_decode(model, source_ids, extra_length, constraint=constraint)
+        return result.ids, result.log_probs
+
+    def beam():
+        result = beam_decode(
+            model, source_ids, beam_size, alpha, extra_length, constraint=constraint
+        )
+        return result.ids[:, 0], result.scores[:, 0]
+
+    if isinstance(beam_size, int):
+        return greedy() if beam_size == 1 else beam()
+    return tf.cond(tf.equal(beam_size, 1), greedy, beam)

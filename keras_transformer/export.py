@@ -17,6 +17,7 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
                        alpha, extra_length                      -> target_ids [None, None] int32,
                                                                    scores
 
+A beam size of 1 decodes greedily (scores are then log-probabilities, as `Translator` gives).
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
 `keras_transformer.parsing.repaired_tree`, or well-formed as decoded when the translator carries
@@ -50,14 +51,7 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding import (
-    ALPHA,
-    BEAM_SIZE,
-    EXTRA_LENGTH,
-    SEARCH,
-    beam_decode,
-    greedy_decode,
-)
+from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, SEARCH, best_hypotheses
 from pipelines.tokenizer import EOS_ID, PAD_ID
 
 logger = logging.getLogger(__name__)
@@ -86,10 +80,9 @@ class TranslationModule(tf.Module):
         return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
 
     def search(self, source_ids, beam_size, alpha, extra_length):
-        result = beam_decode(
-            self.model, source_ids, beam_size, alpha, extra_length, constraint=self.constraint
+        return best_hypotheses(
+            self.model, source_ids, beam_size, alpha, extra_length, self.constraint
         )
-        return result.ids[:, 0], result.scores[:, 0]
 
     def translate(self, text, beam_size, alpha, extra_length):
         target_ids, scores = self.search(self.source_ids(text), beam_size, alpha, extra_length)
@@ -153,13 +146,10 @@ def tflite_search_function(model, source_length, beam_size, alpha, extra_length,
 
     @tf.function(input_signature=[spec])
     def translate(source_ids):
-        if beam_size == 1:
-            result = greedy_decode(model, source_ids, extra_length, constraint=constraint)
-            return {"target_ids": result.ids, "scores": result.log_probs}
-        result = beam_decode(
-            model, source_ids, beam_size, alpha, extra_length, constraint=constraint
+        target_ids, scores = best_hypotheses(
+            model, source_ids, beam_size, alpha, extra_length, constraint
         )
-        return {"target_ids": result.ids[:, 0], "scores": result.scores[:, 0]}
+        return {"target_ids": target_ids, "scores": scores}
 
     return translate
 

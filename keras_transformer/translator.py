@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from keras_transformer.callbacks import CheckpointError, list_checkpoints
 from keras_transformer.checkpoint_averaging import load_weights_checked
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, beam_decode, greedy_decode
+from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
 from keras_transformer.transformer import Transformer
 from keras_transformer.tree_constraint import WellFormedTrees
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
@@ -55,18 +55,12 @@ class Translator:
         self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
-        self._greedy = tf.function(self._greedy_ids, jit_compile=jit_compile)
-        self._beam = tf.function(self._beam_ids, jit_compile=jit_compile)
+        self._decode = tf.function(self._best_ids, jit_compile=jit_compile)
 
-    def _greedy_ids(self, source_ids, extra_length):
-        result = greedy_decode(self.model, source_ids, extra_length, constraint=self.constraint)
-        return result.ids, result.log_probs
-
-    def _beam_ids(self, source_ids, beam_size, alpha, extra_length):
-        result = beam_decode(
-            self.model, source_ids, beam_size, alpha, extra_length, constraint=self.constraint
+    def _best_ids(self, source_ids, beam_size, alpha, extra_length):
+        return best_hypotheses(
+            self.model, source_ids, beam_size, alpha, extra_length, self.constraint
         )
-        return result.ids[:, 0], result.scores[:, 0]
 
     def decode_ids(self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH):
         """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores.
@@ -74,9 +68,8 @@ class Translator:
         `beam_size=1` decodes greedily (scores are then plain log-probabilities).
         """
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        if beam_size == 1:
-            return self._greedy(source_ids, extra_length)
-        return self._beam(source_ids, beam_size, tf.constant(alpha, tf.float32), extra_length)
+        # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
+        return self._decode(source_ids, beam_size, tf.constant(alpha, tf.float32), extra_length)
 
     def encode_sentences(self, sentences, line_numbers=None):
         """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.

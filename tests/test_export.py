@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import cli
-from keras_transformer.decoding import beam_decode
+from keras_transformer.decoding import beam_decode, greedy_decode
 from keras_transformer.export import export_tflite, versions
 from keras_transformer.translator import load_run
 from pipelines.corpus import read_lines
@@ -108,6 +108,20 @@ def test_ids_signature_equals_keras_beam_search(exported, translator):
     keras_result = beam_decode(translator.model, source, beam_size=3, alpha=0.6, extra_length=5)
     np.testing.assert_array_equal(served["target_ids"].numpy(), keras_result.ids[:, 0].numpy())
     np.testing.assert_allclose(served["scores"], keras_result.scores[:, 0], atol=1e-5)
+
+
+def test_ids_signature_decodes_greedily_at_beam_1(exported, translator):
+    module = tf.saved_model.load(str(exported / "1"))
+    source = np.array([[40, 41, 42, 2, 0], [43, 2, 0, 0, 0]], np.int32)
+    served = module.signatures["translate_ids"](
+        source_ids=tf.constant(source),
+        beam_size=tf.constant(1),
+        alpha=tf.constant(0.6),
+        extra_length=tf.constant(5),
+    )
+    keras_result = greedy_decode(translator.model, source, extra_length=5)
+    np.testing.assert_array_equal(served["target_ids"].numpy(), keras_result.ids.numpy())
+    np.testing.assert_allclose(served["scores"], keras_result.log_probs, atol=1e-5)
 
 
 TFLITE_SOURCE = 16  # the test model's max_length is 24: 16 source + 6 extra target positions
