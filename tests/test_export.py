@@ -96,32 +96,28 @@ def test_fresh_process_translates_real_sentences_as_keras_does(exported, transla
     assert any(served["translations"])
 
 
-def test_ids_signature_equals_keras_beam_search(exported, translator):
+def keras_best(model, source, beam_size):
+    """Keras's own search: beam search's best hypothesis, or greedy decoding at beam 1."""
+    if beam_size == 1:
+        result = greedy_decode(model, source, extra_length=5)
+        return result.ids, result.log_probs
+    result = beam_decode(model, source, beam_size=beam_size, alpha=0.6, extra_length=5)
+    return result.ids[:, 0], result.scores[:, 0]
+
+
+@pytest.mark.parametrize("beam_size", [3, 1])
+def test_ids_signature_equals_keras_search(exported, translator, beam_size):
     module = tf.saved_model.load(str(exported / "1"))
     source = np.array([[40, 41, 42, 2, 0], [43, 2, 0, 0, 0]], np.int32)
     served = module.signatures["translate_ids"](
         source_ids=tf.constant(source),
-        beam_size=tf.constant(3),
+        beam_size=tf.constant(beam_size),
         alpha=tf.constant(0.6),
         extra_length=tf.constant(5),
     )
-    keras_result = beam_decode(translator.model, source, beam_size=3, alpha=0.6, extra_length=5)
-    np.testing.assert_array_equal(served["target_ids"].numpy(), keras_result.ids[:, 0].numpy())
-    np.testing.assert_allclose(served["scores"], keras_result.scores[:, 0], atol=1e-5)
-
-
-def test_ids_signature_decodes_greedily_at_beam_1(exported, translator):
-    module = tf.saved_model.load(str(exported / "1"))
-    source = np.array([[40, 41, 42, 2, 0], [43, 2, 0, 0, 0]], np.int32)
-    served = module.signatures["translate_ids"](
-        source_ids=tf.constant(source),
-        beam_size=tf.constant(1),
-        alpha=tf.constant(0.6),
-        extra_length=tf.constant(5),
-    )
-    keras_result = greedy_decode(translator.model, source, extra_length=5)
-    np.testing.assert_array_equal(served["target_ids"].numpy(), keras_result.ids.numpy())
-    np.testing.assert_allclose(served["scores"], keras_result.log_probs, atol=1e-5)
+    ids, scores = keras_best(translator.model, source, beam_size)
+    np.testing.assert_array_equal(served["target_ids"].numpy(), ids.numpy())
+    np.testing.assert_allclose(served["scores"], scores, atol=1e-5)
 
 
 TFLITE_SOURCE = 16  # the test model's max_length is 24: 16 source + 6 extra target positions
