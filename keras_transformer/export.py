@@ -18,6 +18,8 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
                                                                    scores
 
 A beam size of 1 decodes greedily (scores are then log-probabilities, as `Translator` gives).
+A request's beam size must be 1 to `MAX_REQUEST_BEAM` and its extra length 0 or more: the graph
+checks them before decoding, so a server answers InvalidArgument rather than run out of memory.
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
 `keras_transformer.parsing.repaired_tree`, or well-formed as decoded when the translator carries
@@ -63,6 +65,25 @@ ALPHA_SPEC = tf.TensorSpec([], tf.float32, name="alpha")
 EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
 
 
+# The widest beam a request may ask for: the decoding cache, and so a request's memory, grows
+# with it.
+MAX_REQUEST_BEAM = 64
+
+
+def checked_request_search(beam_size, extra_length):
+    """A request's `beam_size` and `extra_length` once checked (1..MAX_REQUEST_BEAM, ≥ 0); out of
+    range, running the signature raises InvalidArgumentError before any decoding."""
+    checks = [
+        tf.debugging.assert_greater_equal(beam_size, 1, message="beam_size must be at least 1"),
+        tf.debugging.assert_less_equal(
+            beam_size, MAX_REQUEST_BEAM, message=f"beam_size must be at most {MAX_REQUEST_BEAM}"
+        ),
+        tf.debugging.assert_non_negative(extra_length, message="extra_length must be 0 or more"),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(beam_size), tf.identity(extra_length)
+
+
 class TranslationModule(tf.Module):
     """The trained model and its tokenizer with the serving functions (see module docstring)."""
 
@@ -94,10 +115,12 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):
+        beam_size, extra_length = checked_request_search(beam_size, extra_length)
         return self.translate(text, beam_size, alpha, extra_length)
 
     @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
     def serve_ids(self, source_ids, beam_size, alpha, extra_length):
+        beam_size, extra_length = checked_request_search(beam_size, extra_length)
         target_ids, scores = self.search(source_ids, beam_size, alpha, extra_length)
         return {"target_ids": target_ids, "scores": scores}
 

@@ -26,6 +26,7 @@ dropped).
 """
 
 import base64
+import binascii
 import json
 import logging
 import re
@@ -143,7 +144,10 @@ def _from_json(value):
     """JSON values → Python values TensorFlow takes; `{"b64": ...}` → bytes."""
     if isinstance(value, dict):
         if set(value) == {"b64"}:
-            return base64.b64decode(value["b64"])
+            try:
+                return base64.b64decode(value["b64"], validate=True)
+            except (binascii.Error, TypeError, ValueError) as error:
+                raise _bad_request(f"invalid base64 {value['b64']!r}: {error}") from None
         raise _bad_request(f"unexpected object {value!r} in a tensor value")
     if isinstance(value, list):
         return [_from_json(v) for v in value]
@@ -259,7 +263,11 @@ def _handler(model: ServedModel, max_body_bytes: int):
             raise ServingError(HTTPStatus.NOT_FOUND, f"Malformed request: {method} {self.path}")
 
         def _json_body(self):
-            length = int(self.headers.get("Content-Length") or 0)
+            header = self.headers.get("Content-Length", "0")
+            if not (header.isascii() and header.isdigit()):  # read(-1) waits for the client
+                self.close_connection = True
+                raise _bad_request(f"Content-Length {header!r} is not a byte count")
+            length = int(header)
             if length > max_body_bytes:
                 self.close_connection = True  # the unread body must not be taken as a request
                 raise ServingError(
@@ -323,10 +331,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             context.abort(_GRPC_CODES.get(error.status, grpc.StatusCode.UNKNOWN), str(error))
 
     def Predict(self, request, context):
-        inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-        outputs = self._serve(
-            request, context, lambda: self.model.predict(request.model_spec.signature_name, inputs)
-        )
+        def predict():
+            try:
+                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            except (TypeError, ValueError) as error:
+                raise _bad_request(f"malformed input tensor: {error}") from None
+            return self.model.predict(request.model_spec.signature_name, inputs)
+
+        outputs = self._serve(request, context, predict)
         response = predict_pb2.PredictResponse()
         self._spec(response, request)
         wanted = set(request.output_filter) or set(outputs)

@@ -3,6 +3,7 @@ both formats, and the official gRPC stub from tensorflow-serving-api."""
 
 import base64
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -97,6 +98,12 @@ def test_options_signature_takes_scalars_in_columnar_format(server):
     assert status == 200 and len(reply["outputs"]["target_ids"][0]) == 6
 
 
+def ids_request(beam_size=2, extra_length=3):
+    inputs = {"source_ids": [[40, 41, 2]], "beam_size": beam_size, "alpha": 0.6}
+    body = {"signature_name": "translate_ids", "inputs": {**inputs, "extra_length": extra_length}}
+    return json.dumps(body).encode()
+
+
 @pytest.mark.parametrize(
     "path, payload, code, message",
     [
@@ -108,6 +115,11 @@ def test_options_signature_takes_scalars_in_columnar_format(server):
         ("/v1/models/other:predict", json.dumps({"instances": ["a"]}).encode(), 404, "other"),
         (f"/v1/models/{NAME}/versions/7:predict", b'{"instances": ["a"]}', 404, "7"),
         (PREDICT, json.dumps({"instances": ["a" * 70000]}).encode(), 413, "exceeds the limit"),
+        (PREDICT, b'{"instances": [{"b64": "abc"}]}', 400, "invalid base64 'abc'"),
+        (PREDICT, b'{"instances": [{"b64": 5}]}', 400, "invalid base64 5"),
+        (PREDICT, ids_request(beam_size=0), 400, "beam_size must be at least 1"),
+        (PREDICT, ids_request(beam_size=65), 400, "beam_size must be at most 64"),
+        (PREDICT, ids_request(extra_length=-1), 400, "extra_length must be 0 or more"),
     ],
 )
 def test_bad_requests_get_their_status_and_the_server_keeps_serving(
@@ -115,6 +127,17 @@ def test_bad_requests_get_their_status_and_the_server_keeps_serving(
 ):
     status, reply = http(server, path, raw=payload)
     assert status == code and message in reply["error"]
+    assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+@pytest.mark.parametrize("length", ["-1", "ten"])
+def test_a_content_length_that_is_no_byte_count_is_refused_at_once(server, length):
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=30) as connection:
+        connection.sendall(
+            f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
+        )
+        reply = connection.makefile("rb").read()  # the server answers and closes
+    assert reply.startswith(b"HTTP/1.1 400") and b"is not a byte count" in reply
     assert http(server, f"/v1/models/{NAME}")[0] == 200
 
 
@@ -146,6 +169,14 @@ def test_official_grpc_client_predicts_and_reads_metadata(server, expected):
     with pytest.raises(grpc.RpcError) as error:
         stub.Predict(request, timeout=60)
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+    request.model_spec.name = NAME
+    request.inputs["text"].tensor_content = b"\x00" * 3  # 3 bytes cannot hold float32s
+    request.inputs["text"].dtype = tf.float32.as_datatype_enum
+    with pytest.raises(grpc.RpcError) as error:
+        stub.Predict(request, timeout=60)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "malformed input tensor" in error.value.details()
 
 
 def test_sixteen_concurrent_clients_all_answered_correctly(server, expected):
