@@ -117,7 +117,10 @@ class Translator:
             hide = not progress
         for batch in tqdm(batches, desc="translating", unit="batch", disable=hide):
             ids, _ = self.decode_ids(
-                pad_to_bucket([source[k] for k in batch]), beam_size, alpha, extra_length
+                pad_to_bucket([source[k] for k in batch], limit=self.model.config.max_length),
+                beam_size,
+                alpha,
+                extra_length,
             )
             texts = self.tokenizer.detokenize(ids).numpy()
             for k, text in zip(batch, texts, strict=True):
@@ -125,9 +128,13 @@ class Translator:
         return outputs
 
 
-def pad_to_bucket(rows, bucket=LENGTH_BUCKET):
-    """Lists of ids → int32 `[batch, length]`, length rounded up to a multiple of `bucket`."""
-    width = -(-max(map(len, rows)) // bucket) * bucket
+def pad_to_bucket(rows, bucket=LENGTH_BUCKET, limit=None):
+    """Lists of ids → int32 `[batch, length]`, length rounded up to a multiple of `bucket` but
+    not past `limit` (a model's `max_length`: its positions end there) unless a row is longer."""
+    longest = max(map(len, rows))
+    width = -(-longest // bucket) * bucket
+    if limit is not None:
+        width = max(min(width, limit), longest)
     padded = np.full((len(rows), width), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         padded[i, : len(row)] = row

@@ -58,6 +58,8 @@ def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
 def test_source_lengths_are_padded_to_buckets():
     padded = pad_to_bucket([[5, 2], [5, 6, 7, 8, 9, 10, 11, 12, 2]])
     assert padded.shape == (2, 16) and padded[0, 2:].sum() == 0
+    # Never past a max_length that is no multiple of 8: learned positions end there.
+    assert pad_to_bucket([[5] * 9, [2]], limit=12).shape == (2, 12)
 
 
 def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, translator):
