@@ -8,6 +8,7 @@ files (an error with the path). Empty lines are dropped, counted and logged, nev
 import dataclasses
 import gzip
 import logging
+import zlib
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -42,13 +43,15 @@ def read_lines(path) -> list[str]:
         raise CorpusError(f"corpus file not found: {path}")
     lines = []
     with _open_text(path) as file:
-        for number, raw in enumerate(file, start=1):
-            try:
+        try:
+            for raw in file:
                 lines.append(raw.decode("utf-8").strip())
-            except UnicodeDecodeError as error:
-                raise CorpusError(
-                    f"{path}, line {number}: invalid UTF-8 ({error.reason} at byte {error.start})"
-                ) from error
+        except UnicodeDecodeError as error:
+            raise CorpusError(
+                f"{path}, line {len(lines) + 1}: invalid UTF-8 ({error.reason} at byte {error.start})"
+            ) from error
+        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz
+            raise CorpusError(f"{path}, after line {len(lines)}: unreadable: {error}") from error
     return lines
 
 

@@ -6,6 +6,7 @@ import logging
 import pytest
 
 from pipelines import CorpusError, corpus_files, read_parallel_corpus
+from pipelines.corpus import read_lines
 
 
 def write(path, lines: bytes):
@@ -25,6 +26,15 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     target = write(tmp_path / "b.de", b"gut\nauch gut\nkaputt\n")
     with pytest.raises(CorpusError, match=r"b\.en, line 3: invalid UTF-8"):
         read_parallel_corpus(source, target)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not gzip"])
+def test_a_corrupt_gzip_names_the_file(tmp_path, damage):
+    packed = gzip.compress(b"".join(b"line %d\n" % i for i in range(5000)))
+    data = packed[: len(packed) // 2] if damage == "truncated" else b"plain text, not gzip\n"
+    source = write(tmp_path / "d.en.gz", data)
+    with pytest.raises(CorpusError, match=r"d\.en\.gz, after line \d+: unreadable"):
+        read_lines(source)
 
 
 def test_missing_file_names_the_path(tmp_path):
