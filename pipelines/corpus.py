@@ -48,7 +48,8 @@ def read_lines(path) -> list[str]:
                 lines.append(raw.decode("utf-8").strip())
         except UnicodeDecodeError as error:
             raise CorpusError(
-                f"{path}, line {len(lines) + 1}: invalid UTF-8 ({error.reason} at byte {error.start})"
+                f"{path}, line {len(lines) + 1}: invalid UTF-8 "
+                f"({error.reason} at byte {error.start})"
             ) from error
         except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz
             raise CorpusError(f"{path}, after line {len(lines)}: unreadable: {error}") from error
