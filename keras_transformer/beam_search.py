@@ -24,7 +24,9 @@ their sentence's maximum length) to the finished set, ranked by penalized score,
 `beam` others alive. The search ends early once no alive hypothesis of any sentence can still beat
 the worst of its sentence's `beam` finished ones: log-probabilities only fall as a hypothesis
 grows, so the best an alive one can reach is its log-probability over the largest penalty still
-possible. The returned `beam` hypotheses per sentence are then exactly the best ones.
+possible. Stopping then loses nothing that running to the maximum length would have found; the
+search itself is still a beam search, which never scores an EOS ending outside a step's `2 × beam`
+candidates.
 
 Example:
 >>> import tensorflow as tf
