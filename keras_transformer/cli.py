@@ -5,7 +5,7 @@ import logging
 import sys
 from pathlib import Path
 
-from keras_transformer.config import PRESETS, TABLE3_CHANGES, TransformerConfig
+from keras_transformer.config import PRESETS, TABLE3_CHANGES, ConfigError, TransformerConfig
 
 DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
 
@@ -364,7 +364,11 @@ def _add_train(commands):
         help="change the preset as this Table 3 row changes base (§6.2), e.g. A-h1",
     )
     train.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
-    train.add_argument("--dataset", default="multi30k", help="multi30k, or ptb for parsing (§6.3)")
+    train.add_argument(
+        "--dataset",
+        default="multi30k",
+        help="multi30k, wmt14 (through TFDS into --data-dir), or ptb for parsing (§6.3)",
+    )
     train.add_argument("--src", help="source language (default: en; words for ptb)")
     train.add_argument("--tgt", help="target language (default: de; tree for ptb)")
     train.add_argument("--output", type=Path, required=True, help="run directory")
@@ -459,10 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors():
+    """Errors in what the user gave (options, data, checkpoints): their message says it all."""
+    from keras_transformer.callbacks import CheckpointError
+    from pipelines.corpus import CorpusError
+
+    return ConfigError, CorpusError, CheckpointError
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    args.handler(args)
+    try:
+        args.handler(args)
+    except _user_errors() as error:  # evaluated only once something is raised: no import cost
+        raise SystemExit(f"keras-transformer {args.command}: error: {error}") from None
     return 0
 
 

@@ -2,6 +2,8 @@
 
 - "multi30k": Multi30k Task 1 translation (`pipelines.multi30k`), "en" to "de", "fr" or "cs";
   splits train / validation / test_2016_flickr.
+- "wmt14": WMT 2014 through TFDS (`pipelines.wmt14`, the paper's data, §5.1), "en" to "de" or
+  "fr" (and back); splits train / validation (newstest2013) / test (newstest2014).
 - "ptb": English constituency parsing on NLTK's Penn Treebank sample (`pipelines.ptb`, §6.3),
   "words" to "tree"; splits train / validation / test.
 """
@@ -9,7 +11,7 @@
 import dataclasses
 from collections.abc import Callable
 
-from pipelines import multi30k, ptb
+from pipelines import multi30k, ptb, wmt14
 from pipelines.corpus import CorpusError
 
 
@@ -28,6 +30,7 @@ class Dataset:
 
 DATASETS = {
     "multi30k": Dataset(multi30k.corpus_files, ("en", "de"), "test_2016_flickr"),
+    "wmt14": Dataset(wmt14.corpus_files, ("en", "de"), "test"),
     # Words, as in Vinyals & Kaiser et al. (2015): one token per input word and per output
     # symbol ("(NP", ")", "XX").
     "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test", "word"),

@@ -1,15 +1,23 @@
 """WMT 2014 English-German and English-French, the paper's data (§5.1), through TFDS.
 
-`tfds.load("wmt14_translate/de-en")` downloads and prepares the corpus (several GB) on first
-use; it needs internet access or a `manual_dir` holding the files TFDS names. This machine
-cannot download it, so the code path is real but exercised only up to the builder.
+`keras-transformer train --dataset wmt14 --data-dir DIR` reads it: `corpus_files` has TFDS
+download and prepare `wmt14_translate/de-en` (or `fr-en`) in DIR on first use (several GB; it
+needs internet access, or a `manual_dir` holding the files TFDS names), then writes each split
+once as aligned text files under `DIR/wmt14_text/<pair>/` for the trainer. The splits are TFDS's:
+train, validation (newstest2013, the paper's development set, §6.2) and test (newstest2014, on
+which §6.1 reports). This machine cannot download the corpus, so its tests stop at the builder
+and run the export on a stand-in.
 """
 
+import os
 from pathlib import Path
 
 import tensorflow_datasets as tfds
 
+from pipelines.corpus import CorpusError
+
 PAIRS = {("en", "de"): "de-en", ("en", "fr"): "fr-en", ("de", "en"): "de-en", ("fr", "en"): "fr-en"}
+SPLITS = ("train", "validation", "test")
 
 
 def wmt14_builder(source_language, target_language, data_dir=None):
@@ -17,24 +25,45 @@ def wmt14_builder(source_language, target_language, data_dir=None):
     try:
         config = PAIRS[(source_language, target_language)]
     except KeyError:
-        raise ValueError(
+        raise CorpusError(
             f"WMT14 has no {source_language}-{target_language} pair; pairs: {sorted(PAIRS)}"
         ) from None
     return tfds.builder(f"wmt14_translate/{config}", data_dir=data_dir)
 
 
-def export_wmt14_text(source_language, target_language, split, output_dir, data_dir=None):
-    """Writes a prepared WMT14 split as two aligned text files for `make_translation_dataset`."""
-    builder = wmt14_builder(source_language, target_language, data_dir)
-    builder.download_and_prepare()
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    paths = [output_dir / f"{split}.{lang}" for lang in (source_language, target_language)]
-    with (
-        paths[0].open("w", encoding="utf-8") as source,
-        paths[1].open("w", encoding="utf-8") as target,
-    ):
+def corpus_files(data_dir, source_language, target_language, builder=None):
+    """`{split: (source_path, target_path)}`, prepared and written on first use (see the module
+    docstring); `builder` replaces the TFDS builder of the pair (tests)."""
+    builder = builder or wmt14_builder(source_language, target_language, str(data_dir))
+    directory = Path(data_dir) / "wmt14_text" / builder.builder_config.name
+    languages = (source_language, target_language)
+    files = {split: tuple(directory / f"{split}.{lang}" for lang in languages) for split in SPLITS}
+    if not all(path.is_file() for pair in files.values() for path in pair):
+        try:
+            builder.download_and_prepare()
+        except Exception as error:  # TFDS raises network, checksum and manual-dir errors alike
+            raise CorpusError(
+                f"WMT14 {builder.builder_config.name} could not be prepared in {data_dir}: "
+                f"{error}. It needs internet access, or the files TFDS names in a manual_dir."
+            ) from error
+        for split, paths in files.items():
+            write_split(builder, split, languages, paths)
+    return files
+
+
+def write_split(builder, split, languages, paths):
+    """Writes one prepared split as aligned text files, one sentence a line; each file under a
+    temporary name first, so an interrupted export is written again rather than read."""
+    paths[0].parent.mkdir(parents=True, exist_ok=True)
+    partials = [path.with_name(f"{path.name}.{os.getpid()}.partial") for path in paths]
+    files = [partial.open("w", encoding="utf-8") for partial in partials]
+    try:
         for example in tfds.as_numpy(builder.as_dataset(split=split)):
-            source.write(example[source_language].decode("utf-8").replace("\n", " ") + "\n")
-            target.write(example[target_language].decode("utf-8").replace("\n", " ") + "\n")
-    return paths
+            for file, language in zip(files, languages, strict=True):
+                # A sentence must stay one line: the files are aligned by line number.
+                file.write(" ".join(example[language].decode("utf-8").split()) + "\n")
+    finally:
+        for file in files:
+            file.close()
+    for partial, path in zip(partials, paths, strict=True):
+        partial.replace(path)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from keras_transformer.cli import build_parser
+from keras_transformer.cli import build_parser, main
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.training import TrainingRun, prepare_run_directory
 
@@ -70,3 +70,10 @@ def test_a_count_out_of_range_is_refused_by_the_parser(argv, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
     assert "is below" in capsys.readouterr().err
+
+
+def test_the_command_line_reports_a_user_error_in_one_line(tmp_path):
+    argv = ["train", "--preset", "tiny", "--data-dir", str(tmp_path / "none")]
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--output", str(tmp_path / "run")])
+    assert str(stop.value).startswith("keras-transformer train: error: Multi30k files missing")

@@ -1,12 +1,15 @@
 """Multi30k and the Penn Treebank sample as TFDS builders from local files; the WMT14 path names
-the right builder."""
+the right builder and writes a prepared corpus as the trainer's aligned files."""
+
+import types
 
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from pipelines import Multi30k, PennTreebankSample
+from pipelines import CorpusError, Multi30k, PennTreebankSample, read_parallel_corpus
 from pipelines.ptb import linearize
-from pipelines.wmt14 import wmt14_builder
+from pipelines.wmt14 import corpus_files, wmt14_builder
 
 
 def test_multi30k_builds_offline_from_local_files(tmp_path, multi30k_dir):
@@ -38,3 +41,46 @@ def test_wmt14_builder_for_the_paper_pairs(tmp_path):
     assert wmt14_builder("en", "fr", data_dir=str(tmp_path)).builder_config.name == "fr-en"
     with pytest.raises(ValueError, match="no en-cs pair"):
         wmt14_builder("en", "cs")
+
+
+class PreparedWmt14:
+    """A stand-in for the prepared TFDS builder of de-en, which this machine cannot download."""
+
+    builder_config = types.SimpleNamespace(name="de-en")
+
+    def __init__(self, error=None):
+        self.error, self.prepared = error, 0
+
+    def download_and_prepare(self):
+        self.prepared += 1
+        if self.error:
+            raise self.error
+
+    def as_dataset(self, split):
+        english = [f"{split} one.", "Two\nlines  in one."]
+        german = [f"{split} eins.", "Zwei Zeilen in einer."]
+        return tf.data.Dataset.from_tensor_slices({"en": english, "de": german})
+
+
+def test_wmt14_splits_are_written_once_as_aligned_files(tmp_path):
+    builder = PreparedWmt14()
+    files = corpus_files(tmp_path, "en", "de", builder=builder)
+
+    assert set(files) == {"train", "validation", "test"}
+    assert files["test"] == (
+        tmp_path / "wmt14_text/de-en/test.en",
+        tmp_path / "wmt14_text/de-en/test.de",
+    )
+    corpus = read_parallel_corpus(*files["validation"])
+    assert corpus.source == ["validation one.", "Two lines in one."]
+    assert corpus.target == ["validation eins.", "Zwei Zeilen in einer."]
+    assert corpus_files(tmp_path, "en", "de", builder=builder) == files
+    assert builder.prepared == 1
+    assert not list(tmp_path.rglob("*.partial"))
+
+
+def test_wmt14_that_cannot_be_prepared_is_named_and_writes_nothing(tmp_path):
+    builder = PreparedWmt14(error=ConnectionError("no route to host"))
+    with pytest.raises(CorpusError, match="WMT14 de-en could not be prepared in .*no route"):
+        corpus_files(tmp_path, "en", "de", builder=builder)
+    assert not (tmp_path / "wmt14_text").exists()
