@@ -16,6 +16,8 @@ array([[1, 0, 0],
 
 from keras import ops
 
+# The tokenizer's PAD id (`pipelines.tokenizer.PAD_ID`, which a test holds equal): not imported
+# from there, since that module needs TensorFlow and this one is backend-neutral.
 PAD_ID = 0
 
 

@@ -64,8 +64,8 @@ def make_translation_dataset(
         source_path, target_path: aligned text files, plain or .gz.
         tokenizer: a `SubwordTokenizer`.
         batch_tokens: positions per batch and side, padding included.
-        max_length: pairs whose longer side (with BOS/EOS) is longer are dropped, and counted
-            by `count_over_length`.
+        max_length: pairs whose longer side (with BOS/EOS) is longer are dropped
+            (`count_over_length` counts them; `train` logs the count).
         shuffle, seed: shuffle the pairs each pass (with `seed`, the same order every run).
         num_shards, shard_index: this input pipeline's share of the pairs (distributed input).
         repeat: repeat forever, reshuffling each pass; batches are then always full.

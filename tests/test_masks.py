@@ -1,6 +1,7 @@
 import numpy as np
 from keras import ops
 
+from keras_transformer import masks
 from keras_transformer.masks import (
     causal_mask,
     decode_step_attention_mask,
@@ -15,6 +16,12 @@ def test_padding_mask_marks_real_tokens():
     np.testing.assert_array_equal(
         ops.convert_to_numpy(padding_mask(ids)), [[1, 1, 1, 0], [1, 1, 0, 0]]
     )
+
+
+def test_the_masks_pad_id_is_the_tokenizers():
+    from pipelines import tokenizer
+
+    assert masks.PAD_ID == tokenizer.PAD_ID
 
 
 def test_causal_mask_is_lower_triangular():
