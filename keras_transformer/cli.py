@@ -5,7 +5,13 @@ import logging
 import sys
 from pathlib import Path
 
-from keras_transformer.config import PRESETS, TABLE3_CHANGES, ConfigError, TransformerConfig
+from keras_transformer.config import (
+    PRESETS,
+    TABLE3_CHANGES,
+    ConfigError,
+    TransformerConfig,
+    read_json_file,
+)
 
 DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
 
@@ -91,7 +97,7 @@ def _average(args):
     from keras_transformer.checkpoint_averaging import average_last_checkpoints
     from keras_transformer.transformer import Transformer
 
-    config = TransformerConfig.from_json((args.run / "config.json").read_text())
+    config = TransformerConfig.from_file(args.run / "config.json")
     output = args.output or args.run / f"averaged-last{args.last}.weights.h5"
     used = average_last_checkpoints(
         Transformer(config), args.run / "checkpoints", args.last, output
@@ -101,10 +107,8 @@ def _average(args):
 
 def _run_settings(run_dir) -> dict:
     """The run's run.json (dataset, languages, data directory), or {} where it has none."""
-    import json
-
     path = run_dir / "run.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_json_file(path) if path.is_file() else {}
 
 
 def _task(run_dir):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
+from pathlib import Path
 from typing import Any
 
 
@@ -80,6 +82,7 @@ class TransformerConfig:
     learning_rate_scale: float = 1.0
 
     def __post_init__(self):
+        self._check_types()
         # Resolve d_k = d_v = d_model / h here so every consumer sees concrete widths.
         if self.d_k is None or self.d_v is None:
             _require(self.num_heads > 0, "num_heads", self.num_heads, "must be positive")
@@ -93,6 +96,25 @@ class TransformerConfig:
             object.__setattr__(self, "d_k", self.d_k if self.d_k is not None else per_head)
             object.__setattr__(self, "d_v", self.d_v if self.d_v is not None else per_head)
         self._validate()
+
+    def _check_types(self):
+        """Each value has its field's type (an int serves as a float), so that a wrong `--set`
+        is named here rather than failing later inside the model."""
+        for field, annotation in typing.get_type_hints(TransformerConfig).items():
+            value = getattr(self, field)
+            allowed = typing.get_args(annotation) or (annotation,)  # `int | None` → (int, None)
+            if value is None and type(None) in allowed:
+                continue
+            if float in allowed and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, field, float(value))
+                continue
+            # bool is an int in Python, but a count of True layers is a mistake, not a value.
+            _require(
+                type(value) in allowed,
+                field,
+                value,
+                "must be " + " or ".join(t.__name__ for t in allowed),
+            )
 
     def _validate(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v"):
@@ -185,6 +207,28 @@ class TransformerConfig:
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
         return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_file(cls, path) -> TransformerConfig:
+        """The configuration saved in `path` (a run's config.json); errors name the file."""
+        saved = read_json_file(path)
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{path} holds {type(saved).__name__}, not a configuration object")
+        try:
+            return cls.from_dict(saved)
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+
+
+def read_json_file(path) -> Any:
+    """The value in a JSON file; a missing or unreadable one is a `ConfigError` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found: is {path.parent} a training run directory?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path} is not valid JSON ({error})") from None
 
 
 def _require(condition: bool, field: str, value: Any, requirement: str):

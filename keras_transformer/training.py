@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import callbacks as run_callbacks
-from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
 from keras_transformer.distribution import create_strategy
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
@@ -122,7 +122,7 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
     run.output.mkdir(parents=True, exist_ok=True)
     config_path = run.output / "config.json"
     run_path = run.output / "run.json"
-    saved_run = json.loads(run_path.read_text()) if run_path.exists() else {}
+    saved_run = read_json_file(run_path) if run_path.exists() else {}
     if saved_run:
         check_same_data(run_path, saved_run, run)
     changed = changes_from_saved(config_path, config)
@@ -167,7 +167,7 @@ def changes_from_saved(config_path: Path, config: TransformerConfig) -> dict:
     """`{field: (saved, requested)}` for each field that differs from `config_path`, if any."""
     if not config_path.exists():
         return {}
-    saved = TransformerConfig.from_json(config_path.read_text()).to_dict()
+    saved = TransformerConfig.from_file(config_path).to_dict()
     return {k: (v, getattr(config, k)) for k, v in saved.items() if v != getattr(config, k)}
 
 

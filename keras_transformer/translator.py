@@ -161,10 +161,7 @@ def load_run(run_dir, weights=None, jit_compile=False, well_formed_trees=False) 
     (`tree_constraint.WellFormedTrees`; for a parser trained on the lexicalized target).
     """
     run_dir = Path(run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path} not found: is {run_dir} a training run directory?")
-    model = Transformer(TransformerConfig.from_json(config_path.read_text()))
+    model = Transformer(TransformerConfig.from_file(run_dir / "config.json"))
     weights = Path(weights) if weights else run_weights(run_dir)
     load_weights_checked(model, weights)
     logger.info("loaded %s", weights)

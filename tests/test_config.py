@@ -78,6 +78,25 @@ def test_impossible_values_name_the_field(changes, field):
         TransformerConfig.preset("base", **changes)
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("num_layers=abc", "num_layers='abc' must be int"),
+        ("num_layers=2.5", "num_layers=2.5 must be int"),
+        ("tie_embeddings=1", "tie_embeddings=1 must be bool"),
+        ('d_k="64"', "d_k='64' must be int or NoneType"),
+    ],
+)
+def test_a_value_of_the_wrong_type_names_the_field(override, message):
+    with pytest.raises(ConfigError, match=message):
+        TransformerConfig.preset("base").with_overrides([override])
+
+
+def test_an_int_serves_as_a_float():
+    config = TransformerConfig.preset("base").with_overrides(["residual_dropout=0"])
+    assert config.residual_dropout == 0.0 and isinstance(config.residual_dropout, float)
+
+
 def test_unknown_preset_lists_presets():
     with pytest.raises(ConfigError, match="base"):
         TransformerConfig.preset("huge")
@@ -87,3 +106,21 @@ def test_json_round_trip_and_overrides():
     config = TransformerConfig.preset("small").with_overrides(["residual_dropout=0.3", "d_ff=512"])
     assert (config.residual_dropout, config.d_ff) == (0.3, 512)
     assert TransformerConfig.from_json(config.to_json()) == config
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"d_model": 512,', r"config\.json is not valid JSON \(Expecting"),
+        (b"[1, 2]", r"config\.json holds list, not a configuration object"),
+        (b'{"d_model": "wide"}', r"config\.json: TransformerConfig\.d_model='wide' must be int"),
+        (None, r"config\.json not found: is .*run a training run directory\?"),
+    ],
+)
+def test_a_saved_configuration_that_cannot_be_read_names_the_file(tmp_path, content, message):
+    path = tmp_path / "run" / "config.json"
+    path.parent.mkdir()
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        TransformerConfig.from_file(path)

@@ -40,6 +40,15 @@ def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed,
     assert (tmp_path / "run" / "run.json").read_text() == saved
 
 
+def test_a_corrupt_run_json_is_named_and_left_as_it_is(tmp_path):
+    prepare_run_directory(make_run(tmp_path), CONFIG)
+    run_json = tmp_path / "run" / "run.json"
+    run_json.write_text('{"dataset": "multi30k", "targ')
+    with pytest.raises(ConfigError, match=r"run\.json is not valid JSON"):
+        prepare_run_directory(make_run(tmp_path), CONFIG)
+    assert run_json.read_text() == '{"dataset": "multi30k", "targ'
+
+
 @pytest.mark.parametrize(
     "option, value, flag",
     [

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from keras_transformer import cli
 from keras_transformer.attention_plot import attention_maps
+from keras_transformer.config import ConfigError
 from keras_transformer.evaluation import corpus_scores
 from keras_transformer.translator import load_run, pad_to_bucket
 from pipelines import SubwordTokenizer
@@ -73,7 +74,7 @@ def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, tran
 
 
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json not found"):
+    with pytest.raises(ConfigError, match="config.json not found: is .* a training run dir"):
         load_run(tmp_path)
 
 
