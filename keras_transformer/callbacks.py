@@ -205,7 +205,12 @@ def read_metrics(path) -> list[dict]:
 
 
 class RollingCheckpoints(EveryUpdate):
-    """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`."""
+    """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`.
+
+    A run resumed from a backup older than its newest checkpoints trains those steps again: the
+    checkpoints past the step it resumed at are deleted when it begins, so that averaging never
+    mixes weights of the undone steps with the new ones (`read_metrics` drops their records).
+    """
 
     def __init__(self, directory, every_steps=None, every_minutes=None, keep=5):
         super().__init__()
@@ -214,6 +219,21 @@ class RollingCheckpoints(EveryUpdate):
         self.every_minutes = every_minutes
         self.keep = keep
         self._last_save = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        undone = [
+            p for p in list_checkpoints(self.directory) if _checkpoint_step(p) > self._step_seen
+        ]
+        for path in undone:
+            path.unlink()
+        if undone:
+            logger.warning(
+                "resumed at step %d: deleted %d later checkpoint(s) of the undone steps, %s",
+                self._step_seen,
+                len(undone),
+                [p.name for p in undone],
+            )
 
     def on_update(self, step, logs):
         due_by_steps = self.every_steps and step % self.every_steps == 0
@@ -259,7 +279,11 @@ def list_checkpoints(directory) -> list[Path]:
     files = [
         p for p in Path(directory).glob("ckpt-*.weights.h5") if CHECKPOINT_PATTERN.search(p.name)
     ]
-    return sorted(files, key=lambda p: int(CHECKPOINT_PATTERN.search(p.name).group(1)))
+    return sorted(files, key=_checkpoint_step)
+
+
+def _checkpoint_step(path) -> int:
+    return int(CHECKPOINT_PATTERN.search(Path(path).name).group(1))
 
 
 class ValidationScores(EveryUpdate):

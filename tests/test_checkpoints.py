@@ -49,6 +49,28 @@ def test_rolling_checkpoints_keep_the_last_k(tmp_path):
     ]
 
 
+def test_a_resume_deletes_the_checkpoints_of_the_steps_it_trains_again(tmp_path):
+    x, y = toy_data()
+    callback = RollingCheckpoints(tmp_path, every_steps=2, keep=10)
+    compiled_model().fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
+    resumed = compiled_model()  # as if restored from a backup at step 4, older than ckpt-6 and 8
+    resumed.optimizer.iterations.assign(4)
+
+    resumed.fit(
+        (x[0][:2], x[1][:2]), y[:2], batch_size=1, epochs=1, verbose=0, callbacks=[callback]
+    )
+
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        "ckpt-00000002.weights.h5",
+        "ckpt-00000004.weights.h5",
+        "ckpt-00000006.weights.h5",
+    ]
+    probe = Transformer(CONFIG)
+    probe.load_weights(tmp_path / "ckpt-00000006.weights.h5")  # the resumed run's step 6
+    for got, want in zip(probe.get_weights(), resumed.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_average_is_the_elementwise_mean(tmp_path):
     x, y = toy_data()
     model = compiled_model()
