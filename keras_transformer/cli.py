@@ -14,6 +14,11 @@ from keras_transformer.config import (
 )
 
 DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
+# The order of `translator.run_weights`.
+WEIGHTS_HELP = (
+    "weights file (default: the newest averaged-*.weights.h5, else model.weights.h5, else the "
+    "last checkpoint)"
+)
 
 
 def at_least(minimum: int):
@@ -264,7 +269,7 @@ def _serve(args):
 
 def _add_search_arguments(parser):
     parser.add_argument("--model", type=Path, required=True, help="training run directory")
-    parser.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
+    parser.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
     parser.add_argument(
         "--beam",
         type=at_least(1),
@@ -315,7 +320,7 @@ def _add_decoding(commands):
         "export", help="SavedModel for TF Serving (<output>/<next version>/), or TFLite"
     )
     export.add_argument("--model", type=Path, required=True, help="training run directory")
-    export.add_argument("--weights", type=Path, help="weights file (default: the run's best)")
+    export.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
     export.add_argument(
         "--output", type=Path, required=True, help="SavedModel base path, or the .tflite file"
     )

@@ -142,9 +142,10 @@ def pad_to_bucket(rows, bucket=LENGTH_BUCKET, limit=None):
 
 
 def run_weights(run_dir: Path) -> Path:
-    """The weights a run directory offers, best first: averaged checkpoints, final, latest."""
+    """The weights a run directory offers, best first: averaged checkpoints (the newest average,
+    the one `average` wrote last), final, latest checkpoint."""
     run_dir = Path(run_dir)
-    averaged = sorted(run_dir.glob("averaged*.weights.h5"))
+    averaged = sorted(run_dir.glob("averaged*.weights.h5"), key=lambda p: -p.stat().st_mtime)
     for candidate in [*averaged, run_dir / "model.weights.h5"]:
         if candidate.is_file():
             return candidate

@@ -143,6 +143,7 @@ def test_average_command_writes_the_weights_translation_then_uses(run_dir, tmp_p
     for step in (100, 200, 300):
         shutil.copy(run / "model.weights.h5", run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
     cli.main(["average", str(run), "--last", "2"])
-    averaged = run / "averaged-last2.weights.h5"
-    assert averaged.is_file()
-    assert load_run(run).weights_path == averaged
+    cli.main(["average", str(run), "--last", "3"])
+    averaged = run / "averaged-last3.weights.h5"
+    assert averaged.is_file() and (run / "averaged-last2.weights.h5").is_file()
+    assert load_run(run).weights_path == averaged  # the average made last
