@@ -1,5 +1,9 @@
 # Two entry points for a fresh clone (see README.md): `make demo` and `make test`.
 # Both create .venv from the pinned requirements.txt on first use.
+
+# A target whose recipe failed is removed (not left looking done), so the next make redoes it.
+.DELETE_ON_ERROR:
+
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 DATA_DIR ?= ../shared/data/multi30k

@@ -225,15 +225,18 @@ class RollingCheckpoints(EveryUpdate):
         undone = [
             p for p in list_checkpoints(self.directory) if _checkpoint_step(p) > self._step_seen
         ]
+        if not undone:
+            return
+        aside = self.directory / f"undone-from-{self._step_seen:08d}"
+        aside.mkdir(exist_ok=True)
         for path in undone:
-            path.unlink()
-        if undone:
-            logger.warning(
-                "resumed at step %d: deleted %d later checkpoint(s) of the undone steps, %s",
-                self._step_seen,
-                len(undone),
-                [p.name for p in undone],
-            )
+            path.rename(aside / path.name)
+        logger.warning(
+            "resumed at step %d: %d later checkpoint(s), of steps trained again now, moved to %s",
+            self._step_seen,
+            len(undone),
+            aside,
+        )
 
     def on_update(self, step, logs):
         due_by_steps = self.every_steps and step % self.every_steps == 0

@@ -13,10 +13,9 @@ from keras_transformer.config import (
     read_json_file,
 )
 
-DEFAULT_DATA_DIR = Path("../shared/data/multi30k")
 # The order of `translator.run_weights`.
 WEIGHTS_HELP = (
-    "weights file (default: the newest averaged-*.weights.h5, else model.weights.h5, else the "
+    "weights file (default: the newest averaged*.weights.h5, else model.weights.h5, else the "
     "last checkpoint)"
 )
 
@@ -66,13 +65,13 @@ def _train(args):
         from keras_transformer.distribution import configure_logical_cpus
 
         configure_logical_cpus(args.devices)
-    from pipelines.datasets import default_languages
+    from pipelines.datasets import default_data_dir, default_languages
 
     config = train_config(args)
     source, target = default_languages(args.dataset)
     run = TrainingRun(
         output=args.output,
-        data_dir=args.data_dir,
+        data_dir=args.data_dir or default_data_dir(args.dataset),
         dataset=args.dataset,
         source_language=args.src or source,
         target_language=args.tgt or target,
@@ -175,7 +174,7 @@ def _read_input(path):
 def _evaluate(args):
     from keras_transformer.evaluation import evaluate_corpus, task
     from pipelines import corpus_files
-    from pipelines.datasets import default_split
+    from pipelines.datasets import default_data_dir, default_split
 
     run = _run_settings(args.model)
     if not run:
@@ -186,7 +185,7 @@ def _evaluate(args):
     source, target = run["source_language"], run["target_language"]
     split = args.split or default_split(dataset)
     split = "validation" if split == "val" else split
-    data_dir = args.data_dir or Path(run.get("data_dir", DEFAULT_DATA_DIR))
+    data_dir = args.data_dir or Path(run.get("data_dir") or default_data_dir(dataset))
     files = corpus_files(dataset, data_dir, source, target)
     if split not in files:
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
@@ -309,7 +308,8 @@ def _add_decoding(commands):
     evaluate.add_argument("--data-dir", type=Path, help="default: the run's data directory")
     evaluate.add_argument("--dataset", help="default: the run's; given, it must be the run's")
     evaluate.add_argument(
-        "--split", help="default: the dataset's test split (test_2016_flickr, or test for ptb)"
+        "--split",
+        help="default: the dataset's test split (test_2016_flickr; test for ptb and wmt14)",
     )
     evaluate.add_argument(
         "--output", type=Path, help="directory for hypotheses and scores (default RUN/eval/WEIGHTS)"
@@ -352,7 +352,7 @@ def _add_decoding(commands):
 
     attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")
     attention.add_argument("--model", type=Path, required=True, help="training run directory")
-    attention.add_argument("--weights", type=Path)
+    attention.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
     attention.add_argument("--sentence", required=True)
     attention.add_argument("--layer", type=int, default=-1, help="layer index (default: last)")
     attention.add_argument("--output", type=Path, default=Path("attention.png"))
@@ -372,7 +372,11 @@ def _add_train(commands):
         choices=sorted(TABLE3_CHANGES),
         help="change the preset as this Table 3 row changes base (§6.2), e.g. A-h1",
     )
-    train.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    train.add_argument(
+        "--data-dir",
+        type=Path,
+        help="default: ../shared/data/multi30k, or ptb_sample for ptb; wmt14 needs one",
+    )
     train.add_argument(
         "--dataset",
         default="multi30k",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import typing
 from pathlib import Path
 from typing import Any
@@ -98,23 +99,27 @@ class TransformerConfig:
         self._validate()
 
     def _check_types(self):
-        """Each value has its field's type (an int serves as a float), so that a wrong `--set`
-        is named here rather than failing later inside the model."""
+        """Each value has its field's type, so that a wrong `--set` is named here rather than
+        failing later inside the model. Numbers are taken as the field's Python type (an int
+        serves as a float; numpy scalars serve too)."""
         for field, annotation in typing.get_type_hints(TransformerConfig).items():
             value = getattr(self, field)
             allowed = typing.get_args(annotation) or (annotation,)  # `int | None` → (int, None)
             if value is None and type(None) in allowed:
                 continue
-            if float in allowed and isinstance(value, int) and not isinstance(value, bool):
-                object.__setattr__(self, field, float(value))
-                continue
             # bool is an int in Python, but a count of True layers is a mistake, not a value.
-            _require(
-                type(value) in allowed,
-                field,
-                value,
-                "must be " + " or ".join(t.__name__ for t in allowed),
-            )
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if float in allowed and number:
+                object.__setattr__(self, field, float(value))
+            elif int in allowed and number and isinstance(value, numbers.Integral):
+                object.__setattr__(self, field, int(value))
+            else:
+                _require(
+                    type(value) in allowed,
+                    field,
+                    value,
+                    "must be " + " or ".join(t.__name__ for t in allowed),
+                )
 
     def _validate(self):
         for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v"):

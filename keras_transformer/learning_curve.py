@@ -22,8 +22,7 @@ def plot_learning_curve(metrics_path, output_path, title=None) -> Path:
     records = read_metrics(metrics_path)
 
     def series(kinds, key):
-        points = [(r["minutes"], r[key]) for r in records if r["kind"] in kinds and key in r]
-        return tuple(zip(*points, strict=True)) if points else ((), ())
+        return metric_series(records, kinds, key)
 
     figure, (loss_axis, score_axis) = plt.subplots(1, 2, figsize=(11, 4))
     loss_axis.plot(*series(("train",), "loss"), label="training loss (running mean of the epoch)")
@@ -39,6 +38,12 @@ def plot_learning_curve(metrics_path, output_path, title=None) -> Path:
     for axis in (loss_axis, score_axis):
         axis.grid(alpha=0.3)
     return save_figure(figure, output_path, title)
+
+
+def metric_series(records, kinds, key, x="minutes") -> tuple[tuple, tuple]:
+    """`(xs, ys)` of `key` against `x` in the metrics records of the given kinds, to plot."""
+    points = [(r[x], r[key]) for r in records if r["kind"] in kinds and key in r]
+    return tuple(zip(*points, strict=True)) if points else ((), ())
 
 
 def save_figure(figure, output_path, title=None) -> Path:

@@ -22,7 +22,7 @@ from keras_transformer.callbacks import read_metrics
 from keras_transformer.config import TABLE3_CHANGES, TABLE3_PAPER
 from keras_transformer.decoding import SEARCH
 from keras_transformer.evaluation import file_stem
-from keras_transformer.learning_curve import plt, save_figure
+from keras_transformer.learning_curve import metric_series, plt, save_figure
 
 # The rows the recipe is varied by: heads (A), depth (C), regularization (D), positions (E).
 SCALED_ROWS = ("A-h1", "C-N2", "D-drop0.0", "D-ls0.0", "E-learned")
@@ -143,12 +143,8 @@ def plot_variations(runs_dir, output_path, rows=None) -> Path:
     delta_axis.set(xlabel="Δ BLEU against the unchanged model (beam 4, final weights)")
     delta_axis.legend()
     for run in (RECIPE, *(row for row, _, _ in varied)):
-        points = [
-            (r["step"], r["val_bleu"])
-            for r in read_metrics(runs_dir / run / "metrics.jsonl")
-            if r["kind"] == "bleu"
-        ]
-        steps, bleu = zip(*points, strict=True) if points else ((), ())
+        records = read_metrics(runs_dir / run / "metrics.jsonl")
+        steps, bleu = metric_series(records, ("bleu",), "val_bleu", x="step")
         curve_axis.plot(steps, bleu, "o-", label=run, linewidth=2.5 if run == RECIPE else 1.2)
     curve_axis.set(xlabel="updates", ylabel="greedy validation sacreBLEU, logged in training")
     curve_axis.legend()

@@ -145,8 +145,9 @@ def _from_json(value):
     if isinstance(value, dict):
         if set(value) == {"b64"}:
             try:
-                return base64.b64decode(value["b64"], validate=True)
-            except (binascii.Error, TypeError, ValueError) as error:
+                # Line-wrapped base64 (the `base64` tool's, MIME's) is still base64.
+                return base64.b64decode("".join(value["b64"].split()), validate=True)
+            except (AttributeError, binascii.Error, TypeError, ValueError) as error:
                 raise _bad_request(f"invalid base64 {value['b64']!r}: {error}") from None
         raise _bad_request(f"unexpected object {value!r} in a tensor value")
     if isinstance(value, list):

@@ -117,15 +117,24 @@ class TrainingRun:
         }
 
 
+# What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
+TRAINED_STATE = ("subwords.model", "backup", "checkpoints", "model.weights.h5")
+
+
 def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
-    """Creates the run directory, or checks that a rerun uses the same configuration."""
+    """Creates the run directory, or checks that a rerun uses the same configuration.
+
+    A directory whose run failed before it learned anything (bad data, options) is not held to
+    the configuration it wrote: the corrected command simply starts it again.
+    """
     run.output.mkdir(parents=True, exist_ok=True)
     config_path = run.output / "config.json"
     run_path = run.output / "run.json"
-    saved_run = read_json_file(run_path) if run_path.exists() else {}
+    trained = any((run.output / name).exists() for name in TRAINED_STATE)
+    saved_run = read_json_file(run_path) if trained and run_path.exists() else {}
     if saved_run:
         check_same_data(run_path, saved_run, run)
-    changed = changes_from_saved(config_path, config)
+    changed = changes_from_saved(config_path, config) if trained else {}
     training_changes = saved_run.get("training_changes", [])
     if changed:
         check_resume_changes(config_path, changed, run.allow_training_changes)

@@ -145,7 +145,11 @@ def run_weights(run_dir: Path) -> Path:
     """The weights a run directory offers, best first: averaged checkpoints (the newest average,
     the one `average` wrote last), final, latest checkpoint."""
     run_dir = Path(run_dir)
-    averaged = sorted(run_dir.glob("averaged*.weights.h5"), key=lambda p: -p.stat().st_mtime)
+    averaged = sorted(
+        run_dir.glob("averaged*.weights.h5"),
+        key=lambda p: (p.stat().st_mtime_ns, p.name),
+        reverse=True,
+    )
     for candidate in [*averaged, run_dir / "model.weights.h5"]:
         if candidate.is_file():
             return candidate

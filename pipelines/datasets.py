@@ -10,6 +10,7 @@
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from pipelines import multi30k, ptb, wmt14
 from pipelines.corpus import CorpusError
@@ -20,20 +21,30 @@ class Dataset:
     """corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
     languages: the default pair; test_split: the split results are reported on;
     vocabulary: the kind of its shared vocabulary, "bpe" or "word"
-    (`pipelines.tokenizer.load_or_train_tokenizer`)."""
+    (`pipelines.tokenizer.load_or_train_tokenizer`); data_dir: where it is read from unless
+    `--data-dir` says (beside the checkout; none for a corpus that is downloaded)."""
 
     corpus_files: Callable
     languages: tuple[str, str]
     test_split: str
     vocabulary: str = "bpe"
+    data_dir: str | None = None
 
 
 DATASETS = {
-    "multi30k": Dataset(multi30k.corpus_files, ("en", "de"), "test_2016_flickr"),
+    "multi30k": Dataset(
+        multi30k.corpus_files, ("en", "de"), "test_2016_flickr", data_dir="../shared/data/multi30k"
+    ),
     "wmt14": Dataset(wmt14.corpus_files, ("en", "de"), "test"),
     # Words, as in Vinyals & Kaiser et al. (2015): one token per input word and per output
     # symbol ("(NP", ")", "XX").
-    "ptb": Dataset(ptb.corpus_files, (ptb.SOURCE, ptb.TARGET), "test", "word"),
+    "ptb": Dataset(
+        ptb.corpus_files,
+        (ptb.SOURCE, ptb.TARGET),
+        "test",
+        "word",
+        data_dir="../shared/data/ptb_sample",
+    ),
 }
 
 
@@ -60,3 +71,13 @@ def vocabulary_kind(dataset) -> str:
 def default_split(dataset) -> str:
     """The split a dataset's results are reported on."""
     return _dataset(dataset).test_split
+
+
+def default_data_dir(dataset) -> Path:
+    """Where `dataset` is read from when `--data-dir` is not given."""
+    data_dir = _dataset(dataset).data_dir
+    if data_dir is None:
+        raise CorpusError(
+            f"--dataset {dataset} needs --data-dir: the directory it is downloaded and prepared in"
+        )
+    return Path(data_dir)

@@ -49,7 +49,7 @@ def test_rolling_checkpoints_keep_the_last_k(tmp_path):
     ]
 
 
-def test_a_resume_deletes_the_checkpoints_of_the_steps_it_trains_again(tmp_path):
+def test_a_resume_sets_aside_the_checkpoints_of_the_steps_it_trains_again(tmp_path):
     x, y = toy_data()
     callback = RollingCheckpoints(tmp_path, every_steps=2, keep=10)
     compiled_model().fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
@@ -64,6 +64,11 @@ def test_a_resume_deletes_the_checkpoints_of_the_steps_it_trains_again(tmp_path)
         "ckpt-00000002.weights.h5",
         "ckpt-00000004.weights.h5",
         "ckpt-00000006.weights.h5",
+    ]
+    aside = tmp_path / "undone-from-00000004"
+    assert sorted(p.name for p in aside.iterdir()) == [
+        "ckpt-00000006.weights.h5",
+        "ckpt-00000008.weights.h5",
     ]
     probe = Transformer(CONFIG)
     probe.load_weights(tmp_path / "ckpt-00000006.weights.h5")  # the resumed run's step 6

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from keras_transformer import PRESETS, ConfigError, TransformerConfig
@@ -92,9 +93,11 @@ def test_a_value_of_the_wrong_type_names_the_field(override, message):
         TransformerConfig.preset("base").with_overrides([override])
 
 
-def test_an_int_serves_as_a_float():
+def test_an_int_serves_as_a_float_and_numpy_numbers_as_python_ones():
     config = TransformerConfig.preset("base").with_overrides(["residual_dropout=0"])
     assert config.residual_dropout == 0.0 and isinstance(config.residual_dropout, float)
+    config = TransformerConfig.preset("base", num_layers=np.int64(2), label_smoothing=np.float32(0))
+    assert type(config.num_layers) is int and type(config.label_smoothing) is float
 
 
 def test_unknown_preset_lists_presets():

@@ -16,6 +16,12 @@ def make_run(tmp_path, **options):
     return TrainingRun(output=tmp_path / "run", data_dir=tmp_path / "data", **options)
 
 
+def make_trained(tmp_path):
+    """A run directory that has learned something: its vocabulary."""
+    prepare_run_directory(make_run(tmp_path), CONFIG)
+    (tmp_path / "run" / "subwords.model").write_bytes(b"a vocabulary")
+
+
 def test_a_rerun_on_the_same_data_resumes(tmp_path):
     prepare_run_directory(make_run(tmp_path, max_steps=3), CONFIG)
     prepare_run_directory(make_run(tmp_path, max_steps=9), CONFIG)
@@ -32,7 +38,7 @@ def test_a_rerun_on_the_same_data_resumes(tmp_path):
     ],
 )
 def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed, message):
-    prepare_run_directory(make_run(tmp_path), CONFIG)
+    make_trained(tmp_path)
     saved = (tmp_path / "run" / "run.json").read_text()
 
     with pytest.raises(ConfigError, match=message):
@@ -40,8 +46,16 @@ def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed,
     assert (tmp_path / "run" / "run.json").read_text() == saved
 
 
+def test_a_run_that_failed_before_learning_anything_starts_again_as_corrected(tmp_path):
+    prepare_run_directory(make_run(tmp_path, target_language="cs"), CONFIG)  # e.g. no such data
+    prepare_run_directory(make_run(tmp_path), CONFIG.replace(d_ff=64))
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["target_language"] == "de" and saved["training_changes"] == []
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["d_ff"] == 64
+
+
 def test_a_corrupt_run_json_is_named_and_left_as_it_is(tmp_path):
-    prepare_run_directory(make_run(tmp_path), CONFIG)
+    make_trained(tmp_path)
     run_json = tmp_path / "run" / "run.json"
     run_json.write_text('{"dataset": "multi30k", "targ')
     with pytest.raises(ConfigError, match=r"run\.json is not valid JSON"):
@@ -81,8 +95,15 @@ def test_a_count_out_of_range_is_refused_by_the_parser(argv, capsys):
     assert "is below" in capsys.readouterr().err
 
 
-def test_the_command_line_reports_a_user_error_in_one_line(tmp_path):
-    argv = ["train", "--preset", "tiny", "--data-dir", str(tmp_path / "none")]
+@pytest.mark.parametrize(
+    "data, error",
+    [
+        (["--data-dir", "none"], "Multi30k files missing: ['none/train.en.gz'"),
+        (["--dataset", "wmt14"], "--dataset wmt14 needs --data-dir"),
+    ],
+)
+def test_the_command_line_reports_a_user_error_in_one_line(tmp_path, monkeypatch, data, error):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stop:
-        main([*argv, "--output", str(tmp_path / "run")])
-    assert str(stop.value).startswith("keras-transformer train: error: Multi30k files missing")
+        main(["train", "--preset", "tiny", *data, "--output", "run"])
+    assert str(stop.value).startswith(f"keras-transformer train: error: {error}")

@@ -87,6 +87,9 @@ def test_row_and_columnar_formats_translate_as_keras(server, expected):
     assert status == 200 and columns["outputs"]["translations"] == expected
     encoded = [{"b64": base64.b64encode(s.encode()).decode()} for s in SENTENCES]
     assert http(server, PREDICT, {"instances": encoded})[1] == rows
+    wrapped = [{"b64": base64.encodebytes(s.encode() * 3).decode()} for s in SENTENCES[:1]]
+    assert "\n" in wrapped[0]["b64"]  # MIME base64: lines of 76 characters
+    assert http(server, PREDICT, {"instances": wrapped})[0] == 200
 
 
 def test_options_signature_takes_scalars_in_columnar_format(server):
