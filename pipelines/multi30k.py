@@ -79,8 +79,8 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
 
     def _split_generators(self, dl_manager):
         config = self.builder_config
-        if dl_manager.manual_dir and Path(dl_manager.manual_dir).is_dir():
-            directory = Path(dl_manager.manual_dir)
+        directory = _manual_directory(dl_manager)
+        if directory is not None:
             files = corpus_files(directory, config.source_language, config.target_language)
         else:
             names = [
@@ -104,3 +104,13 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         target_language = self.builder_config.target_language
         for index, (source, target) in enumerate(zip(corpus.source, corpus.target, strict=True)):
             yield index, {source_language: source, target_language: target}
+
+
+def _manual_directory(dl_manager) -> Path | None:
+    """The manual directory with the raw files, or None where it was not given: TFDS's
+    `manual_dir` raises rather than return nothing for a builder with manual instructions."""
+    try:
+        directory = Path(dl_manager.manual_dir)
+    except AssertionError:
+        return None
+    return directory if directory.is_dir() else None

@@ -24,6 +24,30 @@ def test_multi30k_builds_offline_from_local_files(tmp_path, multi30k_dir):
     assert set(first) == {"en", "fr"} and first["en"] and first["fr"]
 
 
+class DownloadOnly:
+    """A TFDS download manager without a manual directory, whose downloads are local copies."""
+
+    def __init__(self, multi30k_dir):
+        self.multi30k_dir, self.urls = multi30k_dir, {}
+
+    @property
+    def manual_dir(self):
+        raise AssertionError("Manual directory does not exist or is empty.")  # as TFDS does
+
+    def download(self, urls):
+        self.urls.update(urls)
+        return {name: self.multi30k_dir / name for name in urls}
+
+
+def test_multi30k_downloads_what_no_manual_directory_holds(tmp_path, multi30k_dir):
+    manager = DownloadOnly(multi30k_dir)
+    splits = Multi30k(config="en-de", data_dir=str(tmp_path))._split_generators(manager)
+    assert set(splits) == {"train", "validation", "test_2016_flickr"}
+    assert manager.urls["val.de.gz"].endswith("/data/task1/raw/val.de.gz")
+    _, first = next(iter(splits["validation"]))
+    assert first["en"] and first["de"]
+
+
 def test_ptb_sample_builds_offline_from_the_zip(tmp_path, ptb_dir, ptb_splits):
     builder = PennTreebankSample(data_dir=str(tmp_path))
     builder.download_and_prepare(
