@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 PEERS=${KT_PEERS_DIR:-../shared/peers}
 SIZES=${SIZES:-small base}
 OUT=${1:-benchmarks/results/peers-$(date -u +%Y-%m-%dT%H%MZ).jsonl}
+# One file per run: ratios are only fair between records of the same run.
+if [ -e "$OUT" ]; then echo "$OUT exists: give a new results file" >&2; exit 2; fi
 PYTHON=.venv/bin/python
 source benchmarks/peer_venvs.sh
 
@@ -22,7 +24,9 @@ ensure_torch_venv
 ensure_hub_venv
 
 mkdir -p "$(dirname "$OUT")"
-run() { echo "== $*" >&2; "$@" --out "$OUT" >/dev/null || echo "FAILED: $*" >&2; }
+FAILED=0
+# A program that fails is reported and the others still run; the script then exits 1.
+run() { echo "== $*" >&2; "$@" --out "$OUT" >/dev/null || { echo "FAILED: $*" >&2; FAILED=$((FAILED + 1)); }; }
 run "$PYTHON" "$PEERS/matmul_ceiling.py" --framework tf
 run "$TORCH_VENV/bin/python" "$PEERS/matmul_ceiling.py" --framework torch
 for size in $SIZES; do
@@ -32,3 +36,4 @@ for size in $SIZES; do
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
 done
 "$PYTHON" benchmarks/peer_ratios.py "$OUT"
+if [ "$FAILED" -gt 0 ]; then echo "$FAILED program(s) failed: see FAILED above" >&2; exit 1; fi

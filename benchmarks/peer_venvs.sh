@@ -3,8 +3,9 @@
 TORCH_VENV=${TORCH_VENV:-/tmp/kt-venv-torch}
 HUB_VENV=${HUB_VENV:-/tmp/kt-venv-keras-hub}
 
+# A venv counts as ready only when its packages import: one whose install broke off is redone.
 ensure_torch_venv() {
-    [ -x "$TORCH_VENV/bin/python" ] && return
+    "$TORCH_VENV/bin/python" -c "import torch, sentencepiece, sacrebleu" 2>/dev/null && return
     python3 -m venv "$TORCH_VENV"
     # The CPU-only wheel: the default PyPI torch pulls gigabytes of CUDA libraries.
     local wheel
@@ -15,7 +16,7 @@ ensure_torch_venv() {
 }
 
 ensure_hub_venv() {
-    [ -x "$HUB_VENV/bin/python" ] && return
+    "$HUB_VENV/bin/python" -c "import keras_hub" 2>/dev/null && return
     # The project's pinned TensorFlow/Keras, plus keras-hub without letting it move them.
     python3 -m venv "$HUB_VENV"
     "$HUB_VENV/bin/pip" install --quiet -r requirements.txt

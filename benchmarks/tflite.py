@@ -66,7 +66,9 @@ def main():
                 beam_size=args.beam,
             )
             translations, seconds = translate_each(path, translator, sentences, args.source_length)
-            scores = corpus_scores(translations, references, args.target_language)
+            scores = corpus_scores(
+                translations, references, args.target_language, translator.tokenizer.lowercase
+            )
             print(
                 json.dumps(
                     {

@@ -346,6 +346,14 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     # The batch of config.batch_tokens is split over the replicas and the accumulated
     # micro-batches; one update sees all of it.
     micro_batches = replicas * run.accumulate
+    if config.batch_tokens // micro_batches < config.max_length:
+        # A bucket's batch is at least one pair, so a smaller share would exceed its budget.
+        raise ConfigError(
+            f"batch_tokens {config.batch_tokens} over {micro_batches} micro-batch(es) leaves "
+            f"{config.batch_tokens // micro_batches} tokens a batch, less than one sentence of "
+            f"max_length {config.max_length}: raise --batch-tokens, or use fewer --accumulate "
+            "micro-batches or --devices"
+        )
     files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
     tokenizer = load_or_train_tokenizer(
         run.output / "subwords.model",
@@ -354,6 +362,11 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         kind=vocabulary_kind(run.dataset),
         lowercase=run.lowercase,
     )
+    if tokenizer.vocab_size > config.vocab_size:  # its ids past the embedding would be silent
+        raise ConfigError(
+            f"{tokenizer.path} holds {tokenizer.vocab_size} entries, more than the model's "
+            f"vocab_size {config.vocab_size}"
+        )
 
     boundaries = length_buckets(config, run, files["train"], tokenizer)
 

@@ -31,6 +31,7 @@ from pipelines.corpus import read_lines
 logger = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+WORDPIECE_SUFFIX = ".vocab.txt"  # how `SubwordTokenizer` tells a WordPiece file
 WORDPIECE_RESERVED = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
 
 
@@ -59,7 +60,7 @@ class SubwordTokenizer(tf.Module):
         if not self.path.is_file():
             raise FileNotFoundError(f"subword model not found: {self.path}")
         self.asset = tf.saved_model.Asset(str(self.path))
-        if self.path.name.endswith(".vocab.txt"):
+        if self.path.name.endswith(WORDPIECE_SUFFIX):
             vocabulary = self.path.read_text(encoding="utf-8").splitlines()
             if vocabulary[:4] != WORDPIECE_RESERVED:
                 raise ValueError(f"{self.path}: the first entries must be {WORDPIECE_RESERVED}")
@@ -164,8 +165,16 @@ def train_sentencepiece(files, model_path, vocab_size, model_type="bpe", lowerca
             num_threads=2,
             minloglevel=2,
         )
-        model_path.write_bytes((Path(scratch) / "subwords.model").read_bytes())
+        _write_atomically(model_path, (Path(scratch) / "subwords.model").read_bytes())
     return model_path
+
+
+def _write_atomically(path: Path, data: bytes):
+    """Writes a sibling file and renames it over `path`: a run killed mid-write must not leave a
+    truncated vocabulary that its resume would then load."""
+    partial = path.with_name(f"partial-{path.name}")
+    partial.write_bytes(data)
+    partial.replace(path)
 
 
 def train_wordpiece(files, vocab_path, vocab_size) -> Path:
@@ -181,7 +190,7 @@ def train_wordpiece(files, vocab_path, vocab_size) -> Path:
     )
     vocab_path = Path(vocab_path)
     vocab_path.parent.mkdir(parents=True, exist_ok=True)
-    vocab_path.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    _write_atomically(vocab_path, ("\n".join(vocabulary) + "\n").encode("utf-8"))
     return vocab_path
 
 
@@ -197,6 +206,13 @@ def load_or_train_tokenizer(
     path = Path(path)
     if lowercase and kind == "wordpiece":
         raise ValueError("lowercase needs a SentencePiece vocabulary (bpe or word), not wordpiece")
+    if (kind == "wordpiece") != path.name.endswith(WORDPIECE_SUFFIX):
+        # `SubwordTokenizer` reads the file by its name: a vocabulary in the other format would
+        # be misread.
+        raise ValueError(
+            f"{path}: a {kind} vocabulary file must "
+            f"{'' if kind == 'wordpiece' else 'not '}end in {WORDPIECE_SUFFIX}"
+        )
     if not path.exists():
         logger.info("training a %s vocabulary of %d on %s", kind, vocab_size, list(map(str, files)))
         if kind == "wordpiece":

@@ -107,3 +107,10 @@ def test_the_command_line_reports_a_user_error_in_one_line(tmp_path, monkeypatch
     with pytest.raises(SystemExit) as stop:
         main(["train", "--preset", "tiny", *data, "--output", "run"])
     assert str(stop.value).startswith(f"keras-transformer train: error: {error}")
+
+
+def test_a_batch_share_below_one_sentence_is_refused(tmp_path, multi30k_dir):
+    argv = ["train", "--preset", "tiny", "--data-dir", str(multi30k_dir), "--batch-tokens", "128"]
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--accumulate", "4", "--output", str(tmp_path / "run")])
+    assert "leaves 32 tokens a batch, less than one sentence of max_length 64" in str(stop.value)

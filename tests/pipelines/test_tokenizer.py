@@ -99,3 +99,10 @@ def test_lowercase_model_case_folds_in_the_graph_and_a_rerun_must_agree(tmp_path
 def test_cased_model_keeps_case(tokenizer):
     assert not tokenizer.lowercase
     assert tokenizer.detokenize(tokenizer.tokenize(["Two Men"])).numpy()[0] == b"Two Men"
+
+
+@pytest.mark.parametrize("name, kind", [("subwords.model", "wordpiece"), ("v.vocab.txt", "bpe")])
+def test_a_vocabulary_file_named_for_the_other_format_is_refused(tmp_path, name, kind):
+    with pytest.raises(ValueError, match=r"vocabulary file must (not )?end in \.vocab\.txt"):
+        load_or_train_tokenizer(tmp_path / name, [], 100, kind=kind)
+    assert not list(tmp_path.iterdir())
