@@ -208,8 +208,9 @@ class RollingCheckpoints(EveryUpdate):
     """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`.
 
     A run resumed from a backup older than its newest checkpoints trains those steps again: the
-    checkpoints past the step it resumed at are deleted when it begins, so that averaging never
-    mixes weights of the undone steps with the new ones (`read_metrics` drops their records).
+    checkpoints past the step it resumed at move to `undone-from-<step>/` when it begins, so that
+    averaging never mixes weights of the undone steps with the new ones (`read_metrics` drops
+    their records), and nothing trained is deleted (without its backup a run starts at step 0).
     """
 
     def __init__(self, directory, every_steps=None, every_minutes=None, keep=5):
