@@ -1,12 +1,15 @@
 """Decoding speed of the `small` model: greedy and beam 4, cached vs. uncached, batch 1 and 64.
 
+Batches are decoded as `Translator` decodes them: cut into one slice per CPU core, decoded side
+by side (`--slices 1` decodes each batch whole, for comparison).
+
 The peers' decode workload (../shared/peers/README.md): random source ids of length 24, exactly 24
 generated tokens (input length + 0 extra, and an untrained model that never picks EOS first), the
 `small` sizes with vocabulary 8000, and their timing protocol (3 warm-up calls, then 3
 repetitions of 3 calls, median). Prints one JSON line per setting with sentences/s, generated
 tokens/s (tokens actually generated, read from the result) and the median seconds per call.
 
-    .venv/bin/python benchmarks/decoding.py [--jit] [--batches 1 64] [--out results.jsonl]
+    .venv/bin/python benchmarks/decoding.py [--jit] [--batches 1 64] [--slices N] [--out FILE]
 """
 
 import argparse
@@ -20,21 +23,28 @@ import tensorflow as tf
 from workload import common, workload_config
 
 from keras_transformer import Transformer
-from keras_transformer.decoding import beam_decode, greedy_decode
+from keras_transformer.decoding import (
+    beam_decode,
+    decode_side_by_side,
+    greedy_decode,
+    side_by_side_slices,
+)
 
 
-def decoder(model, beam_size, cached, jit_compile):
-    """A `tf.function` returning the generated-token count of one decode of a batch."""
+def decoder(model, beam_size, cached, jit_compile, slices=None):
+    """A `tf.function` returning the generated-token count of one decode of a batch, decoded as
+    `Translator` decodes: in slices side by side, one per core (`slices=1`: as one batch)."""
 
-    def run(source):
+    def lengths(source):
         if beam_size == 1:
-            lengths = greedy_decode(model, source, extra_length=0, cached=cached).lengths
-        else:
-            result = beam_decode(model, source, beam_size, 0.6, extra_length=0, cached=cached)
-            lengths = result.lengths[:, 0]
-        return tf.reduce_sum(lengths)
+            return greedy_decode(model, source, extra_length=0, cached=cached).lengths
+        result = beam_decode(model, source, beam_size, 0.6, extra_length=0, cached=cached)
+        return result.lengths[:, 0]
 
-    return tf.function(run, jit_compile=jit_compile)
+    search = tf.function(lengths, jit_compile=jit_compile)
+    return tf.function(
+        lambda source: tf.reduce_sum(decode_side_by_side(search, source, slices=slices))
+    )
 
 
 def decode_sources(batch):
@@ -47,9 +57,9 @@ def decode_sources(batch):
     return tf.constant(sources[:batch], tf.int32)
 
 
-def measure(model, batch, beam_size, cached, jit_compile) -> dict:
+def measure(model, batch, beam_size, cached, jit_compile, slices=None) -> dict:
     source = decode_sources(batch)
-    run = decoder(model, beam_size, cached, jit_compile)
+    run = decoder(model, beam_size, cached, jit_compile, slices)
 
     def calls(count):
         return [int(run(source)) for _ in range(count)]
@@ -68,6 +78,7 @@ def measure(model, batch, beam_size, cached, jit_compile) -> dict:
         "cached": cached,
         "batch": batch,
         "jit_compile": jit_compile,
+        "slices": slices or side_by_side_slices(batch),
         "warmup_s": round(warm, 2),
         "call_s_median": round(median, 4),
         "sentences_per_s": round(batch / median, 1),
@@ -82,6 +93,9 @@ def main():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--slices", type=int, help="slices of a batch decoded side by side (default: one per core)"
+    )
     parser.add_argument("--out", help="append the JSON lines to this file")
     args = parser.parse_args()
 
@@ -90,7 +104,7 @@ def main():
     for batch in args.batches:
         for beam in args.beams:
             for cached in (True, False) if args.uncached else (True,):
-                record = measure(model, batch, beam, cached, args.jit and cached)
+                record = measure(model, batch, beam, cached, args.jit and cached, args.slices)
                 line = json.dumps(record)
                 print(line, flush=True)
                 if args.out:

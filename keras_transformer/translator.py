@@ -7,7 +7,8 @@ batches (so little of each batch is padding), decoded, and returned in their inp
 
 Decoding runs in a `tf.function` traced once per padded batch shape; source lengths are padded
 up to a multiple of `LENGTH_BUCKET`, so a long input file causes a handful of traces, not one per
-batch. `load_run` builds a translator from a training run directory.
+batch. On a CPU each batch is cut into one slice per core, decoded side by side
+(`decoding.decode_side_by_side`). `load_run` builds a translator from a training run directory.
 
 Example (needs a trained run, so not run as a doctest)::
 
@@ -15,6 +16,7 @@ Example (needs a trained run, so not run as a doctest)::
     translator.translate(["A dog runs through the grass."], beam_size=4, alpha=0.6)
 """
 
+import functools
 import logging
 from pathlib import Path
 
@@ -25,7 +27,13 @@ from tqdm.auto import tqdm
 from keras_transformer.callbacks import CheckpointError, list_checkpoints
 from keras_transformer.checkpoint_averaging import load_weights_checked
 from keras_transformer.config import TransformerConfig
-from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
+from keras_transformer.decoding import (
+    ALPHA,
+    BEAM_SIZE,
+    EXTRA_LENGTH,
+    best_hypotheses,
+    decode_side_by_side,
+)
 from keras_transformer.transformer import Transformer
 from keras_transformer.tree_constraint import WellFormedTrees
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
@@ -45,17 +53,26 @@ class Translator:
         jit_compile: compile the search with XLA (one compilation per padded batch shape).
         constraint: optional restriction of the search's outputs (see `decoding.greedy_decode`),
             such as `tree_constraint.WellFormedTrees`.
+        slices: how many slices of a batch to decode side by side; default one per CPU core
+            (`decoding.side_by_side_slices`).
     """
 
     def __init__(
-        self, model: Transformer, tokenizer: SubwordTokenizer, jit_compile=False, constraint=None
+        self,
+        model: Transformer,
+        tokenizer: SubwordTokenizer,
+        jit_compile=False,
+        constraint=None,
+        slices=None,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
-        self._decode = tf.function(self._best_ids, jit_compile=jit_compile)
+        search = tf.function(self._best_ids, jit_compile=jit_compile)
+        # Not compiled as a whole, so that the slices' searches run at the same time.
+        self._decode = tf.function(functools.partial(decode_side_by_side, search, slices=slices))
 
     def _best_ids(self, source_ids, beam_size, alpha, extra_length):
         return best_hypotheses(

@@ -1,6 +1,7 @@
 """Greedy and beam search (§6.1): exact against brute force, cached = uncached, no cross-talk."""
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -9,10 +10,13 @@ import tensorflow as tf
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.beam_search import NEG_INF, beam_search, length_penalty
 from keras_transformer.decoding import (
+    MIN_SLICE_ROWS,
     beam_decode,
+    decode_side_by_side,
     greedy_decode,
     greedy_search,
     max_output_lengths,
+    side_by_side_slices,
 )
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -189,3 +193,46 @@ def test_xla_compiled_search_gives_the_same_translations(model):
     np.testing.assert_array_equal(compiled[0], plain[0])
     np.testing.assert_allclose(compiled[1], plain[1], atol=1e-4)
     np.testing.assert_array_equal(compiled[2], plain[2])
+
+
+def calls_and_their_ancestors(graph):
+    """The function-call ops of a graph, each with the ops it depends on."""
+    ancestors = {}
+
+    def walk(op):
+        if op.name not in ancestors:
+            ancestors[op.name] = set()
+            for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+                ancestors[op.name] |= {parent.name} | walk(parent)
+        return ancestors[op.name]
+
+    calls = [o for o in graph.get_operations() if o.type.endswith("PartitionedCall")]
+    return {call.name: walk(call) for call in calls}
+
+
+def test_slices_decoded_side_by_side_equal_the_whole_batch_and_are_independent(model):
+    sources = tf.constant(padded(SOURCES * 2 + SOURCES[:1]))  # 7 rows: slices of 3, 2, 2
+
+    def search(source_ids):
+        result = beam_decode(model, source_ids, beam_size=3, extra_length=6)
+        return result.ids, result.scores
+
+    compiled = tf.function(search, jit_compile=True)
+    side_by_side = tf.function(
+        lambda source_ids: decode_side_by_side(compiled, source_ids, slices=3)
+    )
+    ids, scores = side_by_side(sources)
+    whole_ids, whole_scores = search(sources)
+    np.testing.assert_array_equal(ids, whole_ids)
+    np.testing.assert_allclose(scores, whole_scores, atol=1e-4)
+    # Three searches, none waiting on another's result: the executor may run them at once.
+    calls = calls_and_their_ancestors(side_by_side.get_concrete_function(sources).graph)
+    assert len(calls) == 3
+    assert all(not (calls.keys() & ancestors) for ancestors in calls.values())
+
+
+def test_one_slice_per_core_of_at_least_the_minimum_rows():
+    cores = len(os.sched_getaffinity(0))
+    assert side_by_side_slices(1000 * MIN_SLICE_ROWS) == cores
+    assert side_by_side_slices(2 * MIN_SLICE_ROWS) == min(cores, 2)
+    assert side_by_side_slices(MIN_SLICE_ROWS - 1) == side_by_side_slices(None) == 1

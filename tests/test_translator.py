@@ -13,7 +13,7 @@ from keras_transformer import cli
 from keras_transformer.attention_plot import attention_maps
 from keras_transformer.config import ConfigError
 from keras_transformer.evaluation import corpus_scores
-from keras_transformer.translator import load_run, pad_to_bucket
+from keras_transformer.translator import Translator, load_run, pad_to_bucket
 from pipelines import SubwordTokenizer
 
 EXTRA = 6  # short outputs keep an untrained model's translations quick
@@ -46,6 +46,13 @@ def test_translations_come_back_in_input_order_with_empty_lines_kept(translator)
         if sentence:
             assert translator.translate([sentence], 2, extra_length=EXTRA) == [translation]
     assert any(together)  # an untrained model still says something
+
+
+def test_batches_decoded_in_slices_side_by_side_translate_the_same(translator):
+    sliced = Translator(translator.model, translator.tokenizer, slices=2)
+    for beam_size in (1, 3):
+        expected = translator.translate(SENTENCES, beam_size, extra_length=EXTRA)
+        assert sliced.translate(SENTENCES, beam_size, extra_length=EXTRA) == expected
 
 
 def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
