@@ -368,7 +368,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             f"vocab_size {config.vocab_size}"
         )
 
-    boundaries = length_buckets(config, run, files["train"], tokenizer)
+    boundaries = length_buckets(config, run, files, tokenizer)
 
     def dataset(split, context=None, repeat=False):
         shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
@@ -434,25 +434,39 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     return final
 
 
-def length_buckets(config, run, train_files, tokenizer) -> list[int] | None:
-    """Logs the over-long pairs that training skips; under XLA returns the fitted buckets."""
+def length_buckets(config, run, files, tokenizer) -> list[int] | None:
+    """Logs the over-long pairs that the training and validation batches leave out; under XLA
+    returns the buckets fitted to the training pairs."""
     from pipelines.batching import fitted_bucket_boundaries
     from pipelines.translation_dataset import pair_lengths
 
-    lengths = pair_lengths(*train_files, tokenizer)
+    lengths = pair_lengths(*files["train"], tokenizer)
     over = lengths > config.max_length
-    if over.any():
-        logger.warning(
-            "%d of %d training pairs are longer than max_length=%d subwords and are skipped",
-            int(over.sum()),
-            len(lengths),
-            config.max_length,
-        )
+    warn_over_length("training", over, config.max_length, "they are skipped")
+    warn_over_length(
+        "validation",
+        pair_lengths(*files["validation"], tokenizer) > config.max_length,
+        config.max_length,
+        "the validation loss skips them (BLEU translates them, truncated)",
+    )
     if not run.jit_compile:
         return None
     boundaries = fitted_bucket_boundaries(lengths[~over], XLA_BUCKETS, config.max_length)
     logger.info("XLA: %d length buckets %s, one compiled shape each", len(boundaries), boundaries)
     return boundaries
+
+
+def warn_over_length(split, over, max_length, consequence):
+    """Logs how many pairs of a split are longer than `max_length` (`over`: one bool a pair)."""
+    if over.any():
+        logger.warning(
+            "%d of %d %s pairs are longer than max_length=%d subwords: %s",
+            int(over.sum()),
+            len(over),
+            split,
+            max_length,
+            consequence,
+        )
 
 
 def count_batches(dataset: tf.data.Dataset) -> int:

@@ -1,11 +1,14 @@
 """Token-budget bucketing (§5.1): shapes, budget, efficiency, determinism, sharding."""
 
 import itertools
+import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.training import length_buckets
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import bucket_boundaries, fitted_bucket_boundaries
 from pipelines.translation_dataset import pair_lengths
@@ -37,6 +40,23 @@ def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, toke
 def test_over_length_pairs_are_counted(train_slice, tokenizer):
     assert count_over_length(*train_slice, tokenizer, max_length=12) > 100
     assert count_over_length(*train_slice, tokenizer, max_length=200) == 0
+
+
+def test_training_logs_the_over_length_pairs_of_both_splits(
+    train_slice, tokenizer, multi30k_dir, caplog
+):
+    files = {
+        "train": train_slice,
+        "validation": [multi30k_dir / f"val.{s}.gz" for s in "en de".split()],
+    }
+    with caplog.at_level(logging.WARNING):
+        length_buckets(
+            SimpleNamespace(max_length=12), SimpleNamespace(jit_compile=False), files, tokenizer
+        )
+    for split, name, pairs in [("train", "training", 3000), ("validation", "validation", 1014)]:
+        over = count_over_length(*files[split], tokenizer, max_length=12)
+        assert over > 0
+        assert f"{over} of {pairs} {name} pairs are longer than max_length=12" in caplog.text
 
 
 def test_bucketing_pads_far_less_than_plain_batching(train_slice, tokenizer):
