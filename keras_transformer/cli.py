@@ -336,7 +336,11 @@ def _add_decoding(commands):
     _add_well_formed(search)
     tflite = export.add_argument_group("tflite")
     tflite.add_argument("--quantize", choices=["dynamic"], help="int8 weights")
-    tflite.add_argument("--source-length", type=int, default=64, help="max source subwords")
+    tflite.add_argument(
+        "--source-length",
+        type=int,
+        help="max source subwords with EOS (default 64, or the model's max_length if shorter)",
+    )
     export.set_defaults(handler=_export)
 
     serve = commands.add_parser(

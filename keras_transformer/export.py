@@ -181,15 +181,20 @@ def export_tflite(
     translator,
     path,
     quantize=None,
-    source_length=TFLITE_SOURCE_LENGTH,
+    source_length=None,
     beam_size=BEAM_SIZE,
     alpha=ALPHA,
     extra_length=EXTRA_LENGTH,
 ) -> Path:
-    """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path."""
+    """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
+
+    `source_length`: the fixed source width in subwords with EOS; default
+    `TFLITE_SOURCE_LENGTH`, or the model's `max_length` if that is shorter.
+    """
     if quantize not in (None, "dynamic"):
         raise ValueError(f"quantize must be None or 'dynamic', got {quantize!r}")
     max_source = translator.model.config.max_length
+    source_length = source_length or min(TFLITE_SOURCE_LENGTH, max_source)
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
     search = tflite_search_function(
