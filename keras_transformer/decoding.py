@@ -29,11 +29,11 @@ from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # §6.1: "maximum output length during inference to input length + 50".
 EXTRA_LENGTH = 50
-# A slice decoded on its own core keeps at least this many rows (see `decode_side_by_side`).
-MIN_SLICE_ROWS = 8
 BEAM_SIZE = 4
 ALPHA = 0.6
 SEARCH = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
+# A slice decoded on its own core keeps at least this many rows (see `decode_side_by_side`).
+MIN_SLICE_ROWS = 8
 
 
 class GreedyResult(NamedTuple):
