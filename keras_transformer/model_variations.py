@@ -18,7 +18,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from keras_transformer.callbacks import read_metrics
+from keras_transformer.callbacks import CheckpointError, read_metrics
 from keras_transformer.config import TABLE3_CHANGES, TABLE3_PAPER
 from keras_transformer.decoding import SEARCH
 from keras_transformer.evaluation import file_stem
@@ -47,14 +47,14 @@ class RunResult:
         run_dir = Path(run_dir)
         scores_path = run_dir / SCORES
         if not scores_path.exists():
-            raise FileNotFoundError(
+            raise CheckpointError(
                 f"{scores_path} not found: train {run_dir} and evaluate it with "
                 "`keras-transformer evaluate --split val --beam 4` first"
             )
         scores = json.loads(scores_path.read_text())
         validated = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val_perplexity" in r]
         if not validated:
-            raise ValueError(f"{run_dir / 'metrics.jsonl'} has no validation record")
+            raise CheckpointError(f"{run_dir / 'metrics.jsonl'} has no validation record")
         last = validated[-1]
         return cls(
             updates=last["step"],

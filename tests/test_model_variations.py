@@ -86,10 +86,10 @@ def test_the_table_compares_each_row_with_the_recipe(tmp_path):
     assert rows["A-h1"][4] == "5.40" and rows["A-h1"][7] == "36.00"
 
 
-def test_a_run_not_yet_scored_is_named(tmp_path):
+def test_a_run_not_yet_scored_is_named_in_one_line(tmp_path):
     write_run(tmp_path / "recipe", 2800, 5.1, 36.0)
-    with pytest.raises(FileNotFoundError, match="C-N2/eval/model/val.beam4.alpha0.6"):
-        variations_table(tmp_path, ["C-N2"])
+    with pytest.raises(SystemExit, match="variations: error: .*C-N2/eval/model/val.beam4.alpha0.6"):
+        main(["variations", str(tmp_path), "--rows", "C-N2"])
 
 
 def test_variations_prints_the_table_and_draws_it(tmp_path, capsys):
