@@ -78,7 +78,7 @@ def measure(model, batch, beam_size, cached, jit_compile, slices=None) -> dict:
         "cached": cached,
         "batch": batch,
         "jit_compile": jit_compile,
-        "slices": slices or side_by_side_slices(batch),
+        "slices": side_by_side_slices(batch, slices),
         "warmup_s": round(warm, 2),
         "call_s_median": round(median, 4),
         "sentences_per_s": round(batch / median, 1),

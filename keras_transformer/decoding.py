@@ -221,11 +221,16 @@ def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constrain
     return tf.cond(tf.equal(beam_size, 1), greedy, beam)
 
 
-def side_by_side_slices(batch_size) -> int:
-    """How many slices `decode_side_by_side` cuts a batch of `batch_size` into: one per CPU core
-    the process may use, each of at least `MIN_SLICE_ROWS` rows; 1 with a GPU (one large batch
-    suits it best) or an unknown batch size."""
-    if batch_size is None or tf.config.list_logical_devices("GPU"):
+def side_by_side_slices(batch_size, requested=None) -> int:
+    """How many slices `decode_side_by_side` cuts a batch of `batch_size` into: `requested`, at
+    most one per row; by default one per CPU core the process may use, each of at least
+    `MIN_SLICE_ROWS` rows; 1 with a GPU (one large batch suits it best) or an unknown batch
+    size (a serving signature's input)."""
+    if batch_size is None:
+        return 1
+    if requested:
+        return min(requested, batch_size)
+    if tf.config.list_logical_devices("GPU"):
         return 1
     cores = tf.config.threading.get_inter_op_parallelism_threads() or len(os.sched_getaffinity(0))
     return max(1, min(cores, batch_size // MIN_SLICE_ROWS))
@@ -246,12 +251,11 @@ def decode_side_by_side(search, source_ids, *args, slices=None):
     slices of 16 side by side took 90 ms against 124 ms as one batch (greedy; beam 4: 285
     against 409 ms); benchmarks/RESULTS.md has the measurements.
 
-    `slices`: default `side_by_side_slices(batch)`, at most one per row; the first
-    `batch % slices` slices get one row more than the others. An unknown batch size (a serving
-    signature's input) is decoded whole.
+    `slices`: see `side_by_side_slices`; the first `batch % slices` slices get one row more
+    than the others.
     """
     batch_size = source_ids.shape[0]
-    slices = 1 if batch_size is None else min(slices or side_by_side_slices(batch_size), batch_size)
+    slices = side_by_side_slices(batch_size, slices)
     if slices == 1:
         return search(source_ids, *args)
     rows, extra = divmod(batch_size, slices)

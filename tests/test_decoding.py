@@ -236,3 +236,4 @@ def test_one_slice_per_core_of_at_least_the_minimum_rows():
     assert side_by_side_slices(1000 * MIN_SLICE_ROWS) == cores
     assert side_by_side_slices(2 * MIN_SLICE_ROWS) == min(cores, 2)
     assert side_by_side_slices(MIN_SLICE_ROWS - 1) == side_by_side_slices(None) == 1
+    assert side_by_side_slices(3, requested=5) == 3 and side_by_side_slices(None, 5) == 1
