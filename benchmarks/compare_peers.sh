@@ -3,7 +3,9 @@
 # run on this machine: matmul ceilings, keras-transformer, the tensorflow.org-tutorial-style
 # Keras model and keras-hub (both with XLA, their faster mode), and PyTorch nn.Transformer
 # (eager, its faster mode), each on `small` and `base`. Then prints the peers' table and our
-# ratio to the best peer for each figure (benchmarks/peer_ratios.py).
+# ratio to the best peer for each figure (benchmarks/peer_ratios.py). Ours is also trained in
+# mixed_bfloat16 without XLA (AMX through oneDNN where the CPU has it): a row of its own, since
+# the peers' workload is float32.
 #
 #   benchmarks/compare_peers.sh [results.jsonl]      # about 30 minutes on 2 cores
 #
@@ -31,6 +33,7 @@ run "$PYTHON" "$PEERS/matmul_ceiling.py" --framework tf
 run "$TORCH_VENV/bin/python" "$PEERS/matmul_ceiling.py" --framework torch
 for size in $SIZES; do
     run "$PYTHON" benchmarks/throughput.py --size "$size"
+    run "$PYTHON" benchmarks/throughput.py --size "$size" --precision mixed_bfloat16 --no-jit
     run "$PYTHON" "$PEERS/tf_tutorial_style.py" --size "$size" --jit
     run "$HUB_VENV/bin/python" "$PEERS/keras_hub_peer.py" --size "$size" --jit
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"

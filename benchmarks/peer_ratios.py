@@ -2,7 +2,8 @@
 
 Prints the peers' own table (their `report.py`, which lists our record too) and then, for each
 figure, ours, the best peer's, the ratio and the target of issue 8, with how far a missed
-target is from being met.
+target is from being met. The targets compare like with like: our float32 records. Our
+mixed-precision records (`throughput.py --precision`) get rows of their own, without a target.
 
     .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-<date>.jsonl
 """
@@ -44,39 +45,58 @@ def value(record, key, field):
     return part.get(field) if isinstance(part, dict) else None
 
 
+def is_ours(record, size, precision="float32"):
+    return (
+        record.get("peer") == OURS
+        and record["size"] == size
+        and record.get("precision", "float32") == precision
+    )
+
+
+def best_peer(records, size, key, field, only=None):
+    """(value, "peer variant") of the best peer on one figure, or None."""
+    peers = [
+        (value(r, key, field), f"{r['peer']} {r['variant']}")
+        for r in records
+        if r.get("peer") not in (OURS, "matmul_ceiling")
+        and r.get("size") == size
+        and (only is None or r["peer"] == only)
+        and value(r, key, field)
+    ]
+    return max(peers) if peers else None
+
+
+def ratio_row(figure, size, ours, best, target):
+    if ours is None or best is None:
+        return f"| {figure} | {size} | not measured | | | | |"
+    ratio = ours / best[0]
+    verdict = (
+        "" if target is None else ("met" if ratio >= target else f"missed by {target - ratio:.3f}×")
+    )
+    # Three decimals: two would print a ratio of 1.4985 as a met-looking "1.50×".
+    return (
+        f"| {figure} | {size} | {ours:.0f} | {best[0]:.0f} ({best[1]}) | {ratio:.3f}× | "
+        f"{'' if target is None else f'≥ {target}×'} | {verdict} |"
+    )
+
+
 def ratio_rows(records):
     rows = []
     for figure, size, key, field, only, target in FIGURES:
-        ours = [
-            value(r, key, field) for r in records if r.get("peer") == OURS and r["size"] == size
-        ]
-        peers = [
-            (value(r, key, field), f"{r['peer']} {r['variant']}")
-            for r in records
-            if r.get("peer") not in (OURS, "matmul_ceiling")
-            and r.get("size") == size
-            and (only is None or r["peer"] == only)
-            and value(r, key, field)
-        ]
-        if not ours or ours[-1] is None or not peers:
-            rows.append(f"| {figure} | {size} | not measured | | | | |")
-            continue
-        best, name = max(peers)
-        ratio = ours[-1] / best
-        verdict = (
-            ""
-            if target is None
-            else ("met" if ratio >= target else f"missed by {target - ratio:.3f}×")
-        )
-        # Three decimals: two would print a ratio of 1.4985 as a met-looking "1.50×".
+        ours = [value(r, key, field) for r in records if is_ours(r, size)]
+        best = best_peer(records, size, key, field, only)
+        rows.append(ratio_row(figure, size, ours[-1] if ours else None, best, target))
+    mixed = [
+        r for r in records if r.get("peer") == OURS and r.get("precision", "float32") != "float32"
+    ]
+    for record in mixed:
+        figure = f"training tokens/s, ours in {record['precision']} (peers float32)"
+        best = best_peer(records, record["size"], "train", "tokens_per_s")
         rows.append(
-            f"| {figure} | {size} | {ours[-1]:.0f} | {best:.0f} ({name}) | {ratio:.3f}× | "
-            f"{'' if target is None else f'≥ {target}×'} | {verdict} |"
+            ratio_row(figure, record["size"], value(record, "train", "tokens_per_s"), best, None)
         )
     beam = [
-        value(r, "decode_beam4", "generated_tokens_per_s")
-        for r in records
-        if r.get("peer") == OURS and r["size"] == "small"
+        value(r, "decode_beam4", "generated_tokens_per_s") for r in records if is_ours(r, "small")
     ]
     if beam and beam[-1]:
         rows.append(

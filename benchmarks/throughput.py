@@ -8,7 +8,14 @@ both with the decoding cache. Prints one JSON line in the peers' format (their `
 tabulates it) with train tokens/s and model FLOPs utilisation against the matmul ceiling
 measured in the same process.
 
+`--precision mixed_bfloat16` trains under Keras's mixed-precision policy instead (training
+only, and not the peers' workload, which is float32): on CPUs with AMX, TensorFlow's oneDNN
+kernels multiply bfloat16 several times faster than float32, while XLA on CPU does not use
+AMX, so that figure is taken with `--no-jit`. The record then also holds the bfloat16 matmul
+ceiling of the same mode.
+
     .venv/bin/python benchmarks/throughput.py --size small [--no-jit] [--out results.jsonl]
+    .venv/bin/python benchmarks/throughput.py --size base --precision mixed_bfloat16 --no-jit
 """
 
 import argparse
@@ -21,6 +28,7 @@ from workload import common, matmul_ceiling_gflops, workload_config
 
 from keras_transformer import Transformer
 from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training import PRECISIONS
 
 
 class StepClock(keras.callbacks.Callback):
@@ -81,19 +89,26 @@ def main():
     parser.add_argument("--size", choices=sorted(common.SIZES), default="small")
     parser.add_argument("--jit", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--steps", type=int, help="timed steps per repetition")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32")
     parser.add_argument("--out", help="append the JSON line to this file")
     args = parser.parse_args()
 
     ceiling = matmul_ceiling_gflops()
+    record = {"matmul_ceiling_gflops_tf_xla": round(ceiling, 1), "precision": args.precision}
+    variant = "jit" if args.jit else "no_jit"
+    if args.precision != "float32":
+        # MFU against what this precision's products can reach in the same mode.
+        compute_dtype = args.precision.removeprefix("mixed_")
+        ceiling = matmul_ceiling_gflops(dtype=compute_dtype, jit_compile=args.jit)
+        record[f"matmul_ceiling_gflops_{compute_dtype}_{variant}"] = round(ceiling, 1)
+        variant += f" {args.precision}"
+        keras.mixed_precision.set_global_policy(args.precision)
     train = train_throughput(args.size, args.jit, args.steps or common.TRAIN_STEPS[args.size])
     train["mfu_percent"] = round(100 * train["achieved_gflops"] / ceiling, 1)
-    record = {"matmul_ceiling_gflops_tf_xla": round(ceiling, 1), "train": train}
-    if args.size == "small":
+    record["train"] = train
+    if args.size == "small" and args.precision == "float32":
         record.update(decode_throughput(args.jit))
-    common.emit(
-        common.base_record("keras_transformer", "jit" if args.jit else "no_jit", args.size, record),
-        args.out,
-    )
+    common.emit(common.base_record("keras_transformer", variant, args.size, record), args.out)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,10 @@ def workload_config(size: str) -> TransformerConfig:
     )
 
 
-def matmul_ceiling_gflops(n=2048, repeats=10) -> float:
-    """fp32 n×n matmul under XLA, best median as in peers/matmul_ceiling.py."""
-    a = tf.random.normal((n, n))
-    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
+def matmul_ceiling_gflops(n=2048, repeats=10, dtype=tf.float32, jit_compile=True) -> float:
+    """n×n matmul, median of `repeats`, as in peers/matmul_ceiling.py (fp32 under XLA)."""
+    a = tf.cast(tf.random.normal((n, n)), dtype)
+    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=jit_compile)
     for _ in range(3):
         matmul(a, a).numpy()
     times = []
