@@ -3,9 +3,11 @@
 # run on this machine: matmul ceilings, keras-transformer, the tensorflow.org-tutorial-style
 # Keras model and keras-hub (both with XLA, their faster mode), and PyTorch nn.Transformer
 # (eager, its faster mode), each on `small` and `base`. Then prints the peers' table and our
-# ratio to the best peer for each figure (benchmarks/peer_ratios.py). Ours is also trained in
-# mixed_bfloat16 without XLA (AMX through oneDNN where the CPU has it): a row of its own, since
-# the peers' workload is float32.
+# ratio to the best peer for each figure (benchmarks/peer_ratios.py). On a CPU with bfloat16
+# units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also trained in
+# mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32. Elsewhere
+# that row is skipped: emulated, bfloat16 trained 6-10x slower than float32 on an AVX2 EPYC
+# (benchmarks/RESULTS.md). BF16=yes or BF16=no overrides the check.
 #
 #   benchmarks/compare_peers.sh [results.jsonl]      # about 30 minutes on 2 cores
 #
@@ -15,6 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PEERS=${KT_PEERS_DIR:-../shared/peers}
 SIZES=${SIZES:-small base}
+if grep -qwE 'amx_bf16|avx512_bf16' /proc/cpuinfo 2>/dev/null; then BF16=${BF16:-yes}; fi
+BF16=${BF16:-no}
 OUT=${1:-benchmarks/results/peers-$(date -u +%Y-%m-%dT%H%MZ).jsonl}
 # One file per run: ratios are only fair between records of the same run.
 if [ -e "$OUT" ]; then echo "$OUT exists: give a new results file" >&2; exit 2; fi
@@ -33,7 +37,9 @@ run "$PYTHON" "$PEERS/matmul_ceiling.py" --framework tf
 run "$TORCH_VENV/bin/python" "$PEERS/matmul_ceiling.py" --framework torch
 for size in $SIZES; do
     run "$PYTHON" benchmarks/throughput.py --size "$size"
-    run "$PYTHON" benchmarks/throughput.py --size "$size" --precision mixed_bfloat16 --no-jit
+    if [ "$BF16" = yes ]; then
+        run "$PYTHON" benchmarks/throughput.py --size "$size" --precision mixed_bfloat16 --no-jit
+    fi
     run "$PYTHON" "$PEERS/tf_tutorial_style.py" --size "$size" --jit
     run "$HUB_VENV/bin/python" "$PEERS/keras_hub_peer.py" --size "$size" --jit
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
