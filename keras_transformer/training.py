@@ -311,12 +311,48 @@ def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | N
     return run_callbacks.StopOnPlateau(run.patience, history)
 
 
+def cpu_has_bfloat16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU multiplies bfloat16 in hardware (AMX-BF16 or AVX512-BF16 in its flags)."""
+    try:
+        flags = set(cpuinfo.read_text().split())
+    except OSError:  # not Linux: unknown, so no warning
+        return True
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -> str | None:
+    """Why `--precision mixed_bfloat16` would train slower than float32 here, if it would.
+
+    Measured with `benchmarks/throughput.py --precision mixed_bfloat16` (benchmarks/RESULTS.md,
+    2026-11-25): without bfloat16 units TensorFlow emulates it, 6-10x slower than float32; with
+    them, oneDNN uses them (1.86x float32 on `base`) but XLA's CPU backend does not.
+    """
+    if run.precision != "mixed_bfloat16" or on_gpu:
+        return None
+    if not bfloat16_units:
+        return (
+            "--precision mixed_bfloat16 on a CPU without bfloat16 units (no amx_bf16 or "
+            "avx512_bf16 in /proc/cpuinfo): TensorFlow emulates bfloat16, which trains several "
+            "times slower than float32; use --precision float32"
+        )
+    if run.jit_compile:
+        return (
+            "--precision mixed_bfloat16 with --jit-compile on a CPU: XLA's CPU backend does not "
+            "use the bfloat16 units, TensorFlow's oneDNN kernels do; drop --jit-compile"
+        )
+    return None
+
+
 def configure_numerics(run: TrainingRun):
     """Seeds, op determinism and the mixed-precision policy, before any model is built."""
     if run.seed is not None:
         keras.utils.set_random_seed(run.seed)
     if run.deterministic:
         tf.config.experimental.enable_op_determinism()
+    on_gpu = bool(tf.config.list_physical_devices("GPU"))
+    warning = bfloat16_cpu_warning(run, on_gpu, cpu_has_bfloat16_units())
+    if warning:
+        logger.warning(warning)
     keras.mixed_precision.set_global_policy(run.precision)
 
 

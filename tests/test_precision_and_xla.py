@@ -1,4 +1,5 @@
-"""Mixed precision and XLA (`jit_compile`) train without NaN, and XLA matches the plain path."""
+"""Mixed precision and XLA (`jit_compile`) train without NaN, XLA matches the plain path, and
+bfloat16 on a CPU that would run it slower than float32 is warned of."""
 
 import keras
 import numpy as np
@@ -6,7 +7,12 @@ import pytest
 
 from keras_transformer import TransformerConfig
 from keras_transformer.decoding import greedy_decode
-from keras_transformer.training import compile_model
+from keras_transformer.training import (
+    TrainingRun,
+    bfloat16_cpu_warning,
+    compile_model,
+    cpu_has_bfloat16_units,
+)
 
 CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=5)
 
@@ -49,3 +55,30 @@ def test_xla_gives_the_same_losses_as_the_plain_path():
         histories.append(model.fit(x, y, batch_size=4, epochs=2, verbose=0).history["loss"])
     np.testing.assert_allclose(histories[1], histories[0], rtol=1e-4)
     assert np.all(np.isfinite(histories[1]))
+
+
+@pytest.mark.parametrize(
+    "precision, jit_compile, on_gpu, units, expected",
+    [
+        ("mixed_bfloat16", False, False, False, "without bfloat16 units"),
+        ("mixed_bfloat16", True, False, False, "without bfloat16 units"),
+        ("mixed_bfloat16", True, False, True, "drop --jit-compile"),
+        ("mixed_bfloat16", False, False, True, None),  # oneDNN uses the units
+        ("mixed_bfloat16", True, True, False, None),
+        ("float32", True, False, False, None),
+    ],
+)
+def test_bfloat16_on_a_cpu_that_would_run_it_slowly_is_warned_of(
+    tmp_path, precision, jit_compile, on_gpu, units, expected
+):
+    run = TrainingRun(tmp_path, tmp_path, precision=precision, jit_compile=jit_compile)
+    warning = bfloat16_cpu_warning(run, on_gpu, units)
+    assert warning is None if expected is None else expected in warning
+
+
+def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu avx2 fma avx512f\n")
+    assert not cpu_has_bfloat16_units(cpuinfo)
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert cpu_has_bfloat16_units(cpuinfo)
