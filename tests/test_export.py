@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_transformer import cli
 from keras_transformer.decoding import beam_decode, greedy_decode
@@ -96,6 +97,19 @@ def test_fresh_process_translates_real_sentences_as_keras_does(exported, transla
     assert any(served["translations"])
 
 
+def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, translator, multi30k_dir):
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
+    serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
+    served = [t.decode("utf-8") for t in serve(text=tf.constant(sentences))["translations"].numpy()]
+    assert served == translator.translate(sentences, beam_size=4, alpha=0.6)
+
+
+def test_jit_compile_is_refused_for_tflite(run_dir, tmp_path):
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(tmp_path / "m")]
+    with pytest.raises(SystemExit, match="--jit-compile applies to SavedModel exports"):
+        cli.main(["export", *arguments, "--jit-compile"])
+
+
 def keras_best(model, source, beam_size):
     """Keras's own search: beam search's best hypothesis, or greedy decoding at beam 1."""
     if beam_size == 1:
@@ -105,9 +119,31 @@ def keras_best(model, source, beam_size):
     return result.ids[:, 0], result.scores[:, 0]
 
 
+@pytest.fixture(scope="module")
+def exported_jit(run_dir, tmp_path_factory):
+    """`run_dir` exported with `--jit-compile`: the signatures search under XLA."""
+    base = tmp_path_factory.mktemp("saved_models") / "m30k-ende-xla"
+    cli.main(["export", "--model", str(run_dir), "--output", str(base), "--jit-compile"])
+    return base
+
+
+def xla_compiled_functions(version):
+    """Names of the saved graph's functions marked for XLA compilation."""
+    saved = saved_model_pb2.SavedModel.FromString((version / "saved_model.pb").read_bytes())
+    library = saved.meta_graphs[0].graph_def.library.function
+    return [f.signature.name for f in library if f.attr["_XlaMustCompile"].b]
+
+
+def test_only_the_jit_export_saves_an_xla_compiled_search(exported, exported_jit):
+    assert xla_compiled_functions(exported / "1") == []
+    assert xla_compiled_functions(exported_jit / "1")
+
+
+@pytest.mark.parametrize("export", ["exported", "exported_jit"])
 @pytest.mark.parametrize("beam_size", [3, 1])
-def test_ids_signature_equals_keras_search(exported, translator, beam_size):
-    module = tf.saved_model.load(str(exported / "1"))
+def test_ids_signature_equals_keras_search(export, request, translator, beam_size):
+    """Also with XLA, whose search pads the source width to a bucket: the same ids and width."""
+    module = tf.saved_model.load(str(request.getfixturevalue(export) / "1"))
     source = np.array([[40, 41, 42, 2, 0], [43, 2, 0, 0, 0]], np.int32)
     served = module.signatures["translate_ids"](
         source_ids=tf.constant(source),
