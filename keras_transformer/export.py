@@ -30,7 +30,10 @@ With `jit_compile=True` (`keras-transformer export --jit-compile`) the signature
 as one XLA program: on this project's 2-core CPU, 17-24 ms rather than 116 ms for one sentence at
 beam 4 (benchmarks/RESULTS.md). XLA compiles once per request shape (batch size, source width
 padded to a multiple of `translator.LENGTH_BUCKET`) and search settings, a few seconds each on
-the first request of its kind; TensorFlow Serving runs such a model only when started with
+the first request of its kind. So such an export also holds TensorFlow Serving's warm-up
+requests (`WARMUP_REQUESTS`): one sentence at every padded width up to `WARMUP_MAX_WIDTH` with
+`serving_default`'s search, compiled when a server loads the version rather than on a user's
+request. TensorFlow Serving runs such a model only when started with
 `--xla_cpu_compilation_enabled=true`.
 Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
@@ -61,7 +64,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, SEARCH, best_hypotheses
 from keras_transformer.translator import LENGTH_BUCKET
-from pipelines.tokenizer import EOS_ID, PAD_ID
+from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +123,11 @@ class TranslationModule(tf.Module):
         # XLA compiles once per source shape, beam size and extra length: padding the width to a
         # bucket bounds the shapes. The outputs are cut back to the unpadded width's budget
         # (§6.1's limits count non-PAD ids, so the columns cut are PAD): the same as without XLA.
+        # Tensors, not Python numbers, so that every signature calls the one traced search, and a
+        # shape compiled for one (say, by a warm-up request) serves them all.
+        beam_size = tf.convert_to_tensor(beam_size, tf.int32)
+        alpha = tf.convert_to_tensor(alpha, tf.float32)
+        extra_length = tf.convert_to_tensor(extra_length, tf.int32)
         max_length = self.model.config.max_length
         width = tf.shape(source_ids)[1]
         padded = pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length)
@@ -171,11 +179,52 @@ def pad_width_to_bucket(source_ids, bucket, limit):
     return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
 
 
+# Where TensorFlow Serving looks for requests to run once at load, before it serves a version.
+WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
+# The widest source a warm-up compiles for: room for Multi30k's sentences. Wider requests compile
+# when they first come.
+WARMUP_MAX_WIDTH = 64
+
+
+def warmup_requests(model_name, max_length, search) -> list:
+    """TensorFlow Serving warm-up records (`PredictionLog`s) for an export with XLA: one
+    `translate_ids` request with `search` per padded source width up to `WARMUP_MAX_WIDTH`, each
+    compiling the search that `serving_default` shares, then one `serving_default` request."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    def record(signature_name, inputs):
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name)
+        )
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        return prediction_log_pb2.PredictionLog(
+            predict_log=prediction_log_pb2.PredictLog(request=request)
+        )
+
+    widest = min(WARMUP_MAX_WIDTH, max_length)
+    records = [
+        record(
+            "translate_ids",
+            {
+                # Any ids do (here unknown words): XLA compiles for the shape.
+                "source_ids": tf.constant([[UNK_ID] * (width - 1) + [EOS_ID]], tf.int32),
+                "beam_size": tf.constant(search["beam_size"], tf.int32),
+                "alpha": tf.constant(search["alpha"], tf.float32),
+                "extra_length": tf.constant(search["extra_length"], tf.int32),
+            },
+        )
+        for width in range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET)
+    ]
+    return records + [record("serving_default", {"text": tf.constant(["Warm-up."])})]
+
+
 def export_saved_model(translator, base, search=None, jit_compile=False) -> Path:
     """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
 
     `search` ({beam_size, alpha, extra_length}) is `serving_default`'s, §6.1's by default.
-    `jit_compile`: compile the signatures' search with XLA (see the module docstring).
+    `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
+    warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load.
     """
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
@@ -186,6 +235,14 @@ def export_saved_model(translator, base, search=None, jit_compile=False) -> Path
         translator.model, translator.tokenizer, search, translator.constraint, jit_compile
     )
     tf.saved_model.save(module, str(staging), signatures=module.signatures())
+    if jit_compile:
+        requests = warmup_requests(
+            base.name, translator.model.config.max_length, module.default_search
+        )
+        (staging / WARMUP_REQUESTS).parent.mkdir()
+        with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:
+            for request in requests:
+                writer.write(request.SerializeToString())
     os.rename(staging, final)
     logger.info("exported version %d to %s", version, final)
     return final

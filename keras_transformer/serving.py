@@ -20,6 +20,9 @@ What it implements, as TF Serving documents it:
 - gRPC: `tensorflow.serving.PredictionService` `Predict` and `GetModelMetadata`, through the
   servicer base class of the official `tensorflow-serving-api` package, so its client stub works.
 
+- Warm-up: the version's `assets.extra/tf_serving_warmup_requests` (Predict records) run once at
+  load, before it serves, as TF Serving runs them; an export with `--jit-compile` writes them.
+
 The highest version under the base path is served. The server binds 127.0.0.1 unless told
 otherwise. Requests beyond `max_concurrent` model calls wait their turn (they are queued, never
 dropped).
@@ -31,6 +34,7 @@ import json
 import logging
 import re
 import threading
+import time
 from concurrent import futures
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,10 +49,11 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     predict_pb2,
+    prediction_log_pb2,
     prediction_service_pb2_grpc,
 )
 
-from keras_transformer.export import versions
+from keras_transformer.export import WARMUP_REQUESTS, versions
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +90,26 @@ class ServedModel:
             if not key.startswith("__"):  # TF's internal entries (e.g. __saved_model_init_op)
                 self.signature_def_map.signature_def[key].CopyFrom(signature)
         self._slots = threading.BoundedSemaphore(max_concurrent)
+        self.warmup_requests = self._warm_up(path / WARMUP_REQUESTS)
         logger.info("serving %s version %d from %s", name, self.version, path)
+
+    def _warm_up(self, records) -> int:
+        """Runs the version's warm-up requests, as TensorFlow Serving does at load (an export
+        with XLA compiles its search for the common source widths there); returns their count."""
+        if not records.exists():
+            return 0
+        start = time.perf_counter()
+        count = 0
+        for count, serialized in enumerate(tf.data.TFRecordDataset(str(records)), start=1):
+            log = prediction_log_pb2.PredictionLog.FromString(serialized.numpy())
+            request = log.predict_log.request
+            inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
+            try:
+                self.predict(request.model_spec.signature_name, inputs)
+            except ServingError as error:
+                raise ValueError(f"warm-up request {count} of {records} failed: {error}") from None
+        logger.info("ran %d warm-up requests in %.1f s", count, time.perf_counter() - start)
+        return count
 
     def check(self, name, version=None):
         if name != self.name:

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import prediction_log_pb2
 
 from keras_transformer import cli
-from keras_transformer.decoding import beam_decode, greedy_decode
-from keras_transformer.export import export_tflite, versions
+from keras_transformer.decoding import SEARCH, beam_decode, greedy_decode
+from keras_transformer.export import WARMUP_REQUESTS, export_tflite, versions
+from keras_transformer.serving import ServedModel
 from keras_transformer.translator import load_run
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
@@ -102,6 +104,36 @@ def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, transl
     serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
     served = [t.decode("utf-8") for t in serve(text=tf.constant(sentences))["translations"].numpy()]
     assert served == translator.translate(sentences, beam_size=4, alpha=0.6)
+
+
+def read_warmup(version):
+    records = tf.data.TFRecordDataset(str(version / WARMUP_REQUESTS))
+    return [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log for r in records]
+
+
+def test_jit_export_warms_up_every_padded_width_with_the_default_search(exported_jit):
+    """The test model's max_length is 24: widths 8, 16, 24, then one text request."""
+    requests = [log.request for log in read_warmup(exported_jit / "1")]
+    signatures = [r.model_spec.signature_name for r in requests]
+    assert signatures == ["translate_ids"] * 3 + ["serving_default"]
+    widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[:3]]
+    assert widths == [(1, 8), (1, 16), (1, 24)]
+    search = {k: tf.make_ndarray(requests[0].inputs[k]).item() for k in SEARCH}
+    assert search == pytest.approx(SEARCH)
+
+
+def test_served_model_runs_the_warmup_requests_at_load(exported, exported_jit, tmp_path):
+    assert ServedModel("m30k-ende", exported).warmup_requests == 0
+    assert not (exported / "1" / WARMUP_REQUESTS).exists()
+    assert ServedModel("m30k-ende", exported_jit).warmup_requests == 4
+    broken = tmp_path / "broken"
+    shutil.copytree(exported_jit, broken)
+    (log,) = read_warmup(broken / "1")[:1]
+    log.request.inputs["beam_size"].CopyFrom(tf.make_tensor_proto(0, tf.int32))
+    with tf.io.TFRecordWriter(str(broken / "1" / WARMUP_REQUESTS)) as writer:
+        writer.write(prediction_log_pb2.PredictionLog(predict_log=log).SerializeToString())
+    with pytest.raises(ValueError, match="(?s)warm-up request 1 of .*beam_size must be at least 1"):
+        ServedModel("m30k-ende", broken)
 
 
 def test_jit_compile_is_refused_for_tflite(run_dir, tmp_path):
