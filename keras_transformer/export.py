@@ -103,8 +103,9 @@ class TranslationModule(tf.Module):
         self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
         self.default_search = search or SEARCH
         self.constraint = constraint
-        self.jit_compile = jit_compile
-        self._compiled_search = tf.function(self._best_hypotheses, jit_compile=True)
+        self._compiled_search = (
+            tf.function(self._best_hypotheses, jit_compile=True) if jit_compile else None
+        )
 
     def source_ids(self, text):
         """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
@@ -118,7 +119,7 @@ class TranslationModule(tf.Module):
         )
 
     def search(self, source_ids, beam_size, alpha, extra_length):
-        if not self.jit_compile:
+        if self._compiled_search is None:
             return self._best_hypotheses(source_ids, beam_size, alpha, extra_length)
         # XLA compiles once per source shape, beam size and extra length: padding the width to a
         # bucket bounds the shapes. The outputs are cut back to the unpadded width's budget

@@ -19,7 +19,6 @@ What it implements, as TF Serving documents it:
   or version, 413 for a body over the size limit.
 - gRPC: `tensorflow.serving.PredictionService` `Predict` and `GetModelMetadata`, through the
   servicer base class of the official `tensorflow-serving-api` package, so its client stub works.
-
 - Warm-up: the version's `assets.extra/tf_serving_warmup_requests` (Predict records) run once at
   load, before it serves, as TF Serving runs them; an export with `--jit-compile` writes them.
 
