@@ -27,8 +27,8 @@ a `tree_constraint.WellFormedTrees`, which then goes into every signature). Tens
 requires every input of a signature, so the search settings get a signature of their own rather
 than optional inputs.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
-as one XLA program: on this project's 2-core CPU, 17-24 ms rather than 116 ms for one sentence at
-beam 4 (benchmarks/RESULTS.md). XLA compiles once per request shape (batch size, source width
+as one XLA program, several times faster a request on a CPU (benchmarks/RESULTS.md, "Serving
+with XLA"). XLA compiles once per request shape (batch size, source width
 padded to a multiple of `translator.LENGTH_BUCKET`) and search settings, a few seconds each on
 the first request of its kind. So such an export also holds TensorFlow Serving's warm-up
 requests (`WARMUP_REQUESTS`): one sentence at every padded width up to `WARMUP_MAX_WIDTH` with
