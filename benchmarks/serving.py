@@ -3,8 +3,8 @@
 Starts `keras-transformer serve`'s server in this process on free loopback ports over an export
 base path, then runs `--clients` concurrent HTTP clients × `--requests` `:predict` requests each
 (one real Multi30k test sentence per request, row format, `serving_default`: beam 4, α 0.6),
-after a timed warm-up of one request per sentence, and prints one JSON line with the warm-up
-seconds, requests/s, p50/p90/p99 latency, failures, and the server process's peak resident
+after a timed warm-up of one request per sentence, and prints one JSON line with the seconds to
+load the model (its own warm-up requests included) and of that warm-up, requests/s, p50/p90/p99 latency, failures, and the server process's peak resident
 memory.
 
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende \\
@@ -38,7 +38,10 @@ def main():
     args = parser.parse_args()
 
     sentences = read_lines(args.data_dir / "test_2016_flickr.en.gz")[:64]
-    server = ModelServer(ServedModel("bench", args.model_base_path), rest_port=0, grpc_port=0)
+    start = time.perf_counter()
+    model = ServedModel("bench", args.model_base_path)  # loads, and runs any warm-up requests
+    load_seconds = time.perf_counter() - start
+    server = ModelServer(model, rest_port=0, grpc_port=0)
     server.start()
     url = f"http://127.0.0.1:{server.rest_port}/v1/models/bench:predict"
     latencies, failures = [], []
@@ -77,6 +80,8 @@ def main():
             {
                 "benchmark": "serving",
                 "clients": args.clients,
+                "load_s": round(load_seconds, 1),
+                "load_warmup_requests": model.warmup_requests,
                 "warmup_s": round(warmup_seconds, 1),
                 "requests": len(latencies) + len(failures),
                 "failures": len(failures),
