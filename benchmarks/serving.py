@@ -4,8 +4,8 @@ Starts `keras-transformer serve`'s server in this process on free loopback ports
 base path, then runs `--clients` concurrent HTTP clients × `--requests` `:predict` requests each
 (one real Multi30k test sentence per request, row format, `serving_default`: beam 4, α 0.6),
 after a timed warm-up of one request per sentence, and prints one JSON line with the seconds to
-load the model (its own warm-up requests included) and of that warm-up, requests/s, p50/p90/p99 latency, failures, and the server process's peak resident
-memory.
+load the model (its own warm-up requests included) and of that warm-up, requests/s, p50/p90/p99
+latency, failures, and the server process's peak resident memory.
 
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende \\
         [--clients 16 --requests 20]
