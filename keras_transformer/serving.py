@@ -101,10 +101,8 @@ class ServedModel:
         count = 0
         for count, serialized in enumerate(tf.data.TFRecordDataset(str(records)), start=1):
             log = prediction_log_pb2.PredictionLog.FromString(serialized.numpy())
-            request = log.predict_log.request
-            inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
             try:
-                self.predict(request.model_spec.signature_name, inputs)
+                self.predict_request(log.predict_log.request)
             except ServingError as error:
                 raise ValueError(f"warm-up request {count} of {records} failed: {error}") from None
         logger.info("ran %d warm-up requests in %.1f s", count, time.perf_counter() - start)
@@ -130,6 +128,14 @@ class ServedModel:
 
     def input_names(self, signature_name):
         return sorted(self.signature(signature_name)[1].structured_input_signature[1])
+
+    def predict_request(self, request: predict_pb2.PredictRequest) -> dict:
+        """`predict` on a `PredictRequest`'s signature and tensor protos."""
+        try:
+            inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        except (TypeError, ValueError) as error:
+            raise _bad_request(f"malformed input tensor: {error}") from None
+        return self.predict(request.model_spec.signature_name, inputs)
 
     def predict(self, signature_name, inputs: dict) -> dict:
         """Runs a signature on named inputs (lists or arrays); returns numpy outputs."""
@@ -355,14 +361,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             context.abort(_GRPC_CODES.get(error.status, grpc.StatusCode.UNKNOWN), str(error))
 
     def Predict(self, request, context):
-        def predict():
-            try:
-                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            except (TypeError, ValueError) as error:
-                raise _bad_request(f"malformed input tensor: {error}") from None
-            return self.model.predict(request.model_spec.signature_name, inputs)
-
-        outputs = self._serve(request, context, predict)
+        outputs = self._serve(request, context, lambda: self.model.predict_request(request))
         response = predict_pb2.PredictResponse()
         self._spec(response, request)
         wanted = set(request.output_filter) or set(outputs)

@@ -99,6 +99,14 @@ def test_fresh_process_translates_real_sentences_as_keras_does(exported, transla
     assert any(served["translations"])
 
 
+@pytest.fixture(scope="module")
+def exported_jit(run_dir, tmp_path_factory):
+    """`run_dir` exported with `--jit-compile`: the signatures search under XLA."""
+    base = tmp_path_factory.mktemp("saved_models") / "m30k-ende-xla"
+    cli.main(["export", "--model", str(run_dir), "--output", str(base), "--jit-compile"])
+    return base
+
+
 def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, translator, multi30k_dir):
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
     serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
@@ -149,14 +157,6 @@ def keras_best(model, source, beam_size):
         return result.ids, result.log_probs
     result = beam_decode(model, source, beam_size=beam_size, alpha=0.6, extra_length=5)
     return result.ids[:, 0], result.scores[:, 0]
-
-
-@pytest.fixture(scope="module")
-def exported_jit(run_dir, tmp_path_factory):
-    """`run_dir` exported with `--jit-compile`: the signatures search under XLA."""
-    base = tmp_path_factory.mktemp("saved_models") / "m30k-ende-xla"
-    cli.main(["export", "--model", str(run_dir), "--output", str(base), "--jit-compile"])
-    return base
 
 
 def xla_compiled_functions(version):
