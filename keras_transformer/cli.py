@@ -141,7 +141,8 @@ def _load_translator(args, jit_compile=False):
             f"--well-formed needs a parser trained with --tgt lexicalized; {args.model} has "
             f"target {target!r}"
         )
-    return load_run(args.model, args.weights, jit_compile, args.well_formed)
+    ensemble = getattr(args, "ensemble", None) or ()
+    return load_run(args.model, args.weights, jit_compile, args.well_formed, ensemble)
 
 
 def _translate(args):
@@ -195,11 +196,22 @@ def _evaluate(args):
     scores = evaluate_corpus(
         translator,
         *files[split],
-        args.output or args.model / "eval" / translator.weights_path.name.split(".")[0],
+        args.output or args.model / "eval" / _evaluation_name(translator, args.ensemble),
         scoring.score,
         **search,
     )
     print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
+
+
+def _evaluation_name(translator, ensemble) -> str:
+    """RUN/eval/<this>: the weights' name, and with `--ensemble` the other members' too."""
+    stem = translator.weights_path.name.split(".")[0]
+    if not ensemble:
+        return stem
+    members = [
+        p.name if p.is_dir() else f"{p.parent.name}-{p.name.split('.')[0]}" for p in ensemble
+    ]
+    return "+".join([f"ensemble-{stem}", *members])
 
 
 def _attention(args):
@@ -283,6 +295,14 @@ def _add_search_arguments(parser):
         "--extra-length",
         type=at_least(0),
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
+    )
+    parser.add_argument(
+        "--ensemble",
+        type=Path,
+        nargs="+",
+        metavar="RUN_OR_WEIGHTS",
+        help="decode with these models too, averaging the next token's probabilities: run "
+        "directories (their default weights) or weights files in them; same subword vocabulary",
     )
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
     _add_well_formed(parser)

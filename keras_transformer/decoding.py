@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from keras_transformer.beam_search import NEG_INF, BeamSearchResult, beam_search, write_at
 from keras_transformer.decoder_layer import REORDERED_CACHE_KEYS
+from keras_transformer.ensemble import decoding_members, mean_distribution
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # §6.1: "maximum output length during inference to input length + 50".
@@ -150,15 +151,28 @@ def never_pad_or_bos(symbols_to_logits):
     return restricted
 
 
-def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+def _member_step(model, source_ids, copies, length, cached):
+    """One Transformer's `symbols_to_logits` and initial cache, `copies` rows per source."""
     encoder_output, source_mask = model.encode(source_ids, training=False)
     if not isinstance(copies, int) or copies > 1:  # hypothesis k of sentence b: row b*copies+k
         encoder_output = tf.repeat(encoder_output, copies, axis=0)
         source_mask = tf.repeat(source_mask, copies, axis=0)
-    length = max_decode_length(model, source_ids, extra_length)
     make_step = cached_step if cached else uncached_step
-    step_fn, cache = make_step(model, encoder_output, source_mask, length)
+    return make_step(model, encoder_output, source_mask, length)
+
+
+def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    length = max_decode_length(model, source_ids, extra_length)
+    members = [
+        _member_step(member, source_ids, copies, length, cached)
+        for member in decoding_members(model)
+    ]
+    if len(members) == 1:
+        step_fn, cache = members[0]
+    else:
+        step_fns, caches = zip(*members, strict=True)
+        step_fn, cache = mean_distribution(step_fns), caches
     step_fn = never_pad_or_bos(step_fn)
     limits = max_output_lengths(source_ids, extra_length, length)
     if constraint is not None:
@@ -171,7 +185,8 @@ def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
 def greedy_decode(
     model, source_ids, extra_length=EXTRA_LENGTH, cached=True, constraint=None
 ) -> GreedyResult:
-    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0).
+    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0) by `model`, a
+    `Transformer` or an `ensemble.Ensemble`.
 
     `constraint`: optional `(symbols_to_logits, cache, source_ids, max_lengths) ->
     (symbols_to_logits, cache)` that restricts the outputs, such as
@@ -192,8 +207,8 @@ def beam_decode(
     cached=True,
     constraint=None,
 ) -> BeamSearchResult:
-    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `constraint` as
-    for `greedy_decode`, with one source row per hypothesis."""
+    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model` and
+    `constraint` as for `greedy_decode`, with one source row per hypothesis."""
     step_fn, first_ids, cache, length, limits = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint
     )

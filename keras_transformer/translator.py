@@ -34,6 +34,7 @@ from keras_transformer.decoding import (
     best_hypotheses,
     decode_side_by_side,
 )
+from keras_transformer.ensemble import Ensemble
 from keras_transformer.transformer import Transformer
 from keras_transformer.tree_constraint import WellFormedTrees
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
@@ -48,7 +49,7 @@ class Translator:
     """A `Transformer` and its `SubwordTokenizer`, decoding batches of sentences.
 
     Args:
-        model: a trained `Transformer`.
+        model: a trained `Transformer`, or an `ensemble.Ensemble` of them.
         tokenizer: the `SubwordTokenizer` it was trained with.
         jit_compile: compile the search with XLA (one compilation per padded batch shape).
         constraint: optional restriction of the search's outputs (see `decoding.greedy_decode`),
@@ -176,19 +177,58 @@ def run_weights(run_dir: Path) -> Path:
     raise CheckpointError(f"no weights in {run_dir} (averaged*, model.weights.h5, checkpoints/)")
 
 
-def load_run(run_dir, weights=None, jit_compile=False, well_formed_trees=False) -> Translator:
+def load_run(
+    run_dir, weights=None, jit_compile=False, well_formed_trees=False, ensemble=()
+) -> Translator:
     """A `Translator` from a training run directory (config.json, subwords.model, weights).
 
     `well_formed_trees`: search only well-formed trees of the input's words
     (`tree_constraint.WellFormedTrees`; for a parser trained on the lexicalized target).
+    `ensemble`: more members to decode with (`ensemble.Ensemble`), each a run directory (its
+    weights as `run_weights` picks them) or a weights file in a run directory or in its
+    checkpoints/; all must share the run's subword vocabulary.
     """
     run_dir = Path(run_dir)
-    model = Transformer(TransformerConfig.from_file(run_dir / "config.json"))
-    weights = Path(weights) if weights else run_weights(run_dir)
-    load_weights_checked(model, weights)
-    logger.info("loaded %s", weights)
+    model, weights = _load_model(run_dir, weights)
     tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    if ensemble:
+        members = [_load_member(tokenizer, Path(path)) for path in ensemble]
+        model = Ensemble([model, *members])
     constraint = WellFormedTrees.from_tokenizer(tokenizer) if well_formed_trees else None
     translator = Translator(model, tokenizer, jit_compile, constraint)
     translator.weights_path = weights
     return translator
+
+
+def _load_model(run_dir: Path, weights=None):
+    """The run's `Transformer` with `weights` (default: `run_weights`), and the weights' path."""
+    model = Transformer(TransformerConfig.from_file(run_dir / "config.json"))
+    weights = Path(weights) if weights else run_weights(run_dir)
+    load_weights_checked(model, weights)
+    logger.info("loaded %s", weights)
+    return model, weights
+
+
+def _load_member(tokenizer, path: Path) -> Transformer:
+    """An ensemble member from a run directory or a weights file, checked to share the
+    vocabulary of `tokenizer` (the first member's)."""
+    if not path.exists():
+        raise CheckpointError(f"ensemble member {path} does not exist")
+    if path.is_dir():
+        run_dir, weights = path, None
+    else:
+        run_dir = next((p for p in path.parents if (p / "config.json").is_file()), None)
+        if run_dir is None:
+            raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
+        weights = path
+    own = SubwordTokenizer(run_dir / "subwords.model")
+    theirs, ours = own.pieces(range(own.vocab_size)), tokenizer.pieces(range(tokenizer.vocab_size))
+    if theirs != ours or own.lowercase != tokenizer.lowercase:
+        pairs = enumerate(zip(theirs, ours, strict=False))  # lengths may differ
+        differs = next((i for i, (a, b) in pairs if a != b), min(len(theirs), len(ours)))
+        raise ValueError(
+            f"ensemble member {run_dir}: its subword vocabulary is not {tokenizer.path}'s "
+            f"({own.vocab_size} against {tokenizer.vocab_size} pieces, first difference at id "
+            f"{differs}, lowercase {own.lowercase} against {tokenizer.lowercase})"
+        )
+    return _load_model(run_dir, weights)[0]
