@@ -141,8 +141,7 @@ def _load_translator(args, jit_compile=False):
             f"--well-formed needs a parser trained with --tgt lexicalized; {args.model} has "
             f"target {target!r}"
         )
-    ensemble = getattr(args, "ensemble", None) or ()
-    return load_run(args.model, args.weights, jit_compile, args.well_formed, ensemble)
+    return load_run(args.model, args.weights, jit_compile, args.well_formed, args.ensemble or ())
 
 
 def _translate(args):
@@ -296,6 +295,12 @@ def _add_search_arguments(parser):
         type=at_least(0),
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
+    _add_ensemble(parser)
+    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+    _add_well_formed(parser)
+
+
+def _add_ensemble(parser):
     parser.add_argument(
         "--ensemble",
         type=Path,
@@ -304,8 +309,6 @@ def _add_search_arguments(parser):
         help="decode with these models too, averaging the next token's probabilities: run "
         "directories (their default weights) or weights files in them; same subword vocabulary",
     )
-    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
-    _add_well_formed(parser)
 
 
 def _add_well_formed(parser):
@@ -343,6 +346,7 @@ def _add_decoding(commands):
     )
     export.add_argument("--model", type=Path, required=True, help="training run directory")
     export.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
+    _add_ensemble(export)
     export.add_argument(
         "--output", type=Path, required=True, help="SavedModel base path, or the .tflite file"
     )

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 
-class Ensemble:
+class Ensemble(tf.Module):
     """Transformers sharing one vocabulary; `decoding`'s searches take one wherever they take a
-    `Transformer`.
+    `Transformer`. A `tf.Module`, so that an exported SavedModel holds every member's weights.
 
     Args:
         members: at least two `Transformer`s with the same `vocab_size`.
@@ -36,6 +36,7 @@ class Ensemble:
     """
 
     def __init__(self, members: Sequence):
+        super().__init__(name="ensemble")
         self.members = tuple(members)
         if len(self.members) < 2:
             raise ValueError(f"an ensemble needs at least two members, got {len(self.members)}")

@@ -68,10 +68,23 @@ def test_members_must_share_one_vocabulary_and_decode_within_every_members_posit
     assert Ensemble([members[0], shorter]).config.max_length == 16
 
 
+SENTENCES = ["Two dogs play in the snow.", "A man rides a bike."]
+
+
+@pytest.fixture(scope="module")
+def other_run(run_dir, tmp_path_factory):
+    """`run_dir` with other weights: the same configuration and vocabulary."""
+    other = shutil.copytree(run_dir, tmp_path_factory.mktemp("ensemble") / "other-weights")
+    tf.keras.utils.set_random_seed(9)
+    model = Transformer(TransformerConfig.from_file(run_dir / "config.json"))
+    model.save_weights(other / "model.weights.h5")
+    return other
+
+
 def test_translate_command_ensembles_runs(run_dir, tmp_path):
     same = shutil.copytree(run_dir, tmp_path / "same-weights")
     source = tmp_path / "in.en"
-    source.write_text("Two dogs play in the snow.\nA man rides a bike.\n", encoding="utf-8")
+    source.write_text("".join(line + "\n" for line in SENTENCES), encoding="utf-8")
 
     def translate(*ensemble):
         output = tmp_path / "out.de"
@@ -96,3 +109,26 @@ def test_an_ensemble_member_with_another_vocabulary_is_refused_by_name(
         load_run(run_dir, ensemble=[other])
     with pytest.raises(CheckpointError, match="ensemble member .*missing does not exist"):
         load_run(run_dir, ensemble=[tmp_path / "missing"])
+
+
+def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_run, tmp_path):
+    expected = load_run(run_dir, ensemble=[other_run]).translate(SENTENCES, extra_length=EXTRA)
+    assert expected != load_run(run_dir).translate(SENTENCES, extra_length=EXTRA)
+    members = ["--model", str(run_dir), "--ensemble", str(other_run), "--extra-length", str(EXTRA)]
+    cli.main(["export", *members, "--output", str(tmp_path / "saved")])
+    saved = tf.saved_model.load(str(tmp_path / "saved" / "1"))
+    translations = saved.signatures["serving_default"](text=tf.constant(SENTENCES))["translations"]
+    assert [t.decode("utf-8") for t in translations.numpy()] == expected
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    lite = tmp_path / "ensemble.tflite"
+    cli.main(["export", *members, "--format", "tflite", "--output", str(lite)])
+    source = np.zeros([1, 24], np.int32)  # the TFLite export's width: the model's max_length
+    source[0, :5] = [20, 21, 22, 23, 2]
+    runner = Interpreter(model_path=str(lite)).get_signature_runner("translate")
+    search = {"beam_size": 4, "alpha": 0.6, "extra_length": EXTRA}
+    served = saved.signatures["translate_ids"](
+        source_ids=tf.constant(source), **{k: tf.constant(v) for k, v in search.items()}
+    )
+    np.testing.assert_array_equal(runner(source_ids=source)["target_ids"], served["target_ids"])
