@@ -207,6 +207,9 @@ def compile_model(
         metrics=[MaskedAccuracy(), Perplexity(), TargetTokens()],
         jit_compile=jit_compile,
     )
+    # Adam's moments made now, not in the first traced step: a step that creates variables is
+    # traced a second time to run without creating them, seconds of tracing for nothing.
+    model.optimizer.build(model.trainable_variables)
     return model
 
 
