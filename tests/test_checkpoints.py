@@ -19,8 +19,7 @@ from keras_transformer.callbacks import (
     save_weights_atomically,
 )
 from keras_transformer.checkpoint_averaging import average_last_checkpoints, load_weights_checked
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.optimizer import create_optimizer
+from keras_transformer.training import compile_model
 
 CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=10)
 
@@ -32,16 +31,10 @@ def toy_data(pairs=8, length=5):
     return (ids, target_in), ids
 
 
-def compiled_model():
-    model = Transformer(CONFIG)
-    model.compile(optimizer=create_optimizer(CONFIG), loss=LabelSmoothedCrossEntropy())
-    return model
-
-
 def test_rolling_checkpoints_keep_the_last_k(tmp_path):
     x, y = toy_data()
     callback = RollingCheckpoints(tmp_path, every_steps=2, keep=3)
-    compiled_model().fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
+    compile_model(CONFIG).fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
     assert [p.name for p in list_checkpoints(tmp_path)] == [
         "ckpt-00000004.weights.h5",
         "ckpt-00000006.weights.h5",
@@ -52,8 +45,10 @@ def test_rolling_checkpoints_keep_the_last_k(tmp_path):
 def test_a_resume_sets_aside_the_checkpoints_of_the_steps_it_trains_again(tmp_path):
     x, y = toy_data()
     callback = RollingCheckpoints(tmp_path, every_steps=2, keep=10)
-    compiled_model().fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
-    resumed = compiled_model()  # as if restored from a backup at step 4, older than ckpt-6 and 8
+    compile_model(CONFIG).fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
+    resumed = compile_model(
+        CONFIG
+    )  # as if restored from a backup at step 4, older than ckpt-6 and 8
     resumed.optimizer.iterations.assign(4)
 
     resumed.fit(
@@ -78,7 +73,7 @@ def test_a_resume_sets_aside_the_checkpoints_of_the_steps_it_trains_again(tmp_pa
 
 def test_average_is_the_elementwise_mean(tmp_path):
     x, y = toy_data()
-    model = compiled_model()
+    model = compile_model(CONFIG)
     callback = RollingCheckpoints(tmp_path, every_steps=1, keep=10)
     model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[callback])
     checkpoints = list_checkpoints(tmp_path)
@@ -125,7 +120,7 @@ def backup_position(backup):
 def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
     x, y = toy_data()
     backup = tmp_path / "backup"
-    model = compiled_model()
+    model = compile_model(CONFIG)
     metrics = MetricsJsonl(tmp_path / "metrics.jsonl")
     model.fit(
         x,
@@ -147,7 +142,7 @@ def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
 
     # Resuming restores step 6 and restarts epoch 1, so epochs 1-2 add 8 steps: 14. Starting
     # over would give 12. The backups in the restarted epoch name it too.
-    resumed = compiled_model()
+    resumed = compile_model(CONFIG)
     backup_callback = ResumableBackup(backup, save_freq=2, delete_checkpoint=False)
     positions = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: seen.append(backup_position(backup))
@@ -161,7 +156,7 @@ def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
     for path in backup.rglob("*.h5"):
         path.write_bytes(b"garbage")
     with pytest.raises(CheckpointError, match=str(backup)):
-        compiled_model().fit(x, y, epochs=1, verbose=0, callbacks=[ResumableBackup(backup)])
+        compile_model(CONFIG).fit(x, y, epochs=1, verbose=0, callbacks=[ResumableBackup(backup)])
     assert keras.backend.backend() == "tensorflow"
 
 
@@ -170,7 +165,7 @@ class KilledWhileWriting(Exception):
 
 
 def test_a_save_killed_mid_write_leaves_the_previous_file_readable(tmp_path, monkeypatch):
-    model = compiled_model()
+    model = compile_model(CONFIG)
     model.fit(*toy_data(), batch_size=4, epochs=1, verbose=0)
     path = tmp_path / "latest.weights.h5"
     save_weights_atomically(model, path)
