@@ -371,10 +371,18 @@ def cut_short(model) -> bool:
     --max-minutes), Keras ending the epoch anyway.
 
     `StopOnPlateau`, the only callback that stops at an epoch's end, runs after every callback
-    that asks (`training.build_callbacks` puts it last). A stop on the epoch's last batch counts as
-    cut short too: the rerun then trains that epoch again, which repeats data but skips none.
+    that asks (`training.build_callbacks` puts it last). An epoch stopped on its last batch is
+    complete: it counts for --patience and a rerun goes on with the next one.
     """
-    return bool(model.stop_training)
+    return bool(model.stop_training) and getattr(model, "stopped_mid_epoch", True)
+
+
+def stop_after(callback: keras.callbacks.Callback, batch: int | None) -> None:
+    """Stops `callback.model`'s fit after `batch` of the epoch, noting for `cut_short` whether
+    batches of the epoch are left (`None`: before any batch)."""
+    steps = (callback.params or {}).get("steps")
+    callback.model.stopped_mid_epoch = batch is None or steps is None or batch + 1 < steps
+    callback.model.stop_training = True
 
 
 class StopAtStep(keras.callbacks.Callback):
@@ -389,7 +397,7 @@ class StopAtStep(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if _step(self.model) >= self.max_steps:
-            self.model.stop_training = True
+            stop_after(self, batch)
 
 
 class StopAfterMinutes(keras.callbacks.Callback):
@@ -404,7 +412,7 @@ class StopAfterMinutes(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if time.monotonic() - self._start >= self.seconds:
-            self.model.stop_training = True
+            stop_after(self, batch)
 
 
 class StopOnPlateau(keras.callbacks.Callback):

@@ -160,6 +160,25 @@ def test_backup_restores_step_and_optimizer_and_refuses_corruption(tmp_path):
     assert keras.backend.backend() == "tensorflow"
 
 
+def test_a_stop_on_the_epochs_last_batch_completes_it(tmp_path):
+    x, y = toy_data()
+    backup = tmp_path / "backup"
+    model = compile_model(CONFIG)
+    metrics = MetricsJsonl(tmp_path / "metrics.jsonl")
+    callbacks = [ResumableBackup(backup, save_freq=2, delete_checkpoint=False), metrics]
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[*callbacks, StopAtStep(8)])
+    # Step 8 is epoch 1's last batch: that epoch counts whole, and the backup names epoch 2.
+    ended = [(r["kind"], r["step"]) for r in read_metrics(metrics.path) if "epoch" in r["kind"]]
+    assert ended == [("epoch", 4), ("epoch", 8)]
+    assert backup_position(backup) == {"epoch": 2, "batch": 0}
+
+    # The rerun trains epoch 2 only, not epoch 1 again: 4 more steps.
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=callbacks)
+    assert int(model.optimizer.iterations) == 12
+    ended = [(r["kind"], r["step"]) for r in read_metrics(metrics.path) if "epoch" in r["kind"]]
+    assert ended[2:] == [("epoch", 12)]
+
+
 class KilledWhileWriting(Exception):
     pass
 
