@@ -89,6 +89,24 @@ def test_head_projection_loads_einsum_dense_checkpoints_and_equals_it_relaid_out
         assert_config_round_trip(projection, x)
 
 
+def test_head_projection_starts_narrower_than_einsum_dense_as_measured():
+    """Glorot over the 3-D kernel: limit √(6 / ((h + depth)·d_model)), not EinsumDense's
+    √(6 / (d_model + h·depth)). A refactor that changes it changes every trained result."""
+    d_model, heads, depth = 128, 4, 32  # the multi30k preset's
+    x = np.zeros((1, 2, d_model), "float32")
+    projection = HeadProjection(num_heads=heads, depth=depth)
+    dense = keras.layers.EinsumDense(
+        "btm,mhd->bthd", output_shape=(None, heads, depth), bias_axes="hd"
+    )
+    projection(x), dense(x)
+    limit = np.sqrt(6 / ((heads + depth) * d_model))
+    kernel = ops.convert_to_numpy(projection.kernel)
+    assert np.abs(kernel).max() <= limit
+    np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.03)
+    narrower = ops.convert_to_numpy(dense.kernel).std() / kernel.std()
+    np.testing.assert_allclose(narrower, np.sqrt(18), rtol=0.03)
+
+
 def test_multi_head_attention_separate_key_and_value_widths():
     layer = MultiHeadAttention(num_heads=8, d_k=16, d_v=64)  # Table 3 row (B)
     layer(np.zeros((1, 2, 512), "float32"), np.zeros((1, 3, 512), "float32"))
