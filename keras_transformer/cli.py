@@ -207,10 +207,16 @@ def _evaluation_name(translator, ensemble) -> str:
     stem = translator.weights_path.name.split(".")[0]
     if not ensemble:
         return stem
-    members = [
-        p.name if p.is_dir() else f"{p.parent.name}-{p.name.split('.')[0]}" for p in ensemble
-    ]
-    return "+".join([f"ensemble-{stem}", *members])
+    return "+".join([f"ensemble-{stem}", *map(_member_name, ensemble)])
+
+
+def _member_name(member: Path) -> str:
+    """A run directory by its name; a weights file by its run's and its own (a rolling checkpoint
+    by the run holding its checkpoints/ directory)."""
+    if member.is_dir():
+        return member.name
+    run = member.parent.parent if member.parent.name == "checkpoints" else member.parent
+    return f"{run.name}-{member.name.split('.')[0]}"
 
 
 def _attention(args):

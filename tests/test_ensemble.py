@@ -1,6 +1,7 @@
 """Ensembles: the next token's distribution is the mean of the members', searched as one model's."""
 
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -132,3 +133,16 @@ def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_r
         source_ids=tf.constant(source), **{k: tf.constant(v) for k, v in search.items()}
     )
     np.testing.assert_array_equal(runner(source_ids=source)["target_ids"], served["target_ids"])
+
+
+def test_an_ensembles_evaluation_names_each_member_by_its_run(tmp_path):
+    (tmp_path / "seed2").mkdir()
+    members = [
+        tmp_path / "seed2",  # a run directory: its model.weights.h5
+        tmp_path / "vocab16k" / "checkpoints" / "ckpt-00002800.weights.h5",
+        tmp_path / "long" / "averaged-last10.weights.h5",
+    ]
+    translator = SimpleNamespace(weights_path=tmp_path / "recipe" / "averaged-last5.weights.h5")
+    assert cli._evaluation_name(translator, members) == (
+        "ensemble-averaged-last5+seed2+vocab16k-ckpt-00002800+long-averaged-last10"
+    )
