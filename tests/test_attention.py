@@ -101,7 +101,7 @@ def test_head_projection_starts_narrower_than_einsum_dense_as_measured():
     projection(x), dense(x)
     limit = np.sqrt(6 / ((heads + depth) * d_model))
     kernel = ops.convert_to_numpy(projection.kernel)
-    assert np.abs(kernel).max() <= limit
+    assert np.abs(kernel).max() <= limit * (1 + 1e-6)  # float32 rounding of the bounds
     np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.03)
     narrower = ops.convert_to_numpy(dense.kernel).std() / kernel.std()
     np.testing.assert_allclose(narrower, np.sqrt(18), rtol=0.03)
