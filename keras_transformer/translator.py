@@ -192,7 +192,8 @@ def load_run(
     model, weights = _load_model(run_dir, weights)
     tokenizer = SubwordTokenizer(run_dir / "subwords.model")
     if ensemble:
-        members = [_load_member(tokenizer, Path(path)) for path in ensemble]
+        pieces = tokenizer.pieces(range(tokenizer.vocab_size))  # each member's must equal them
+        members = [_load_member(tokenizer, pieces, Path(path)) for path in ensemble]
         model = Ensemble([model, *members])
     constraint = WellFormedTrees.from_tokenizer(tokenizer) if well_formed_trees else None
     translator = Translator(model, tokenizer, jit_compile, constraint)
@@ -209,9 +210,9 @@ def _load_model(run_dir: Path, weights=None):
     return model, weights
 
 
-def _load_member(tokenizer, path: Path) -> Transformer:
+def _load_member(tokenizer, pieces, path: Path) -> Transformer:
     """An ensemble member from a run directory or a weights file, checked to share the
-    vocabulary of `tokenizer` (the first member's)."""
+    vocabulary of `tokenizer` (the first member's, whose `pieces` are its id order)."""
     if not path.exists():
         raise CheckpointError(f"ensemble member {path} does not exist")
     if path.is_dir():
@@ -222,10 +223,10 @@ def _load_member(tokenizer, path: Path) -> Transformer:
             raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
         weights = path
     own = SubwordTokenizer(run_dir / "subwords.model")
-    theirs, ours = own.pieces(range(own.vocab_size)), tokenizer.pieces(range(tokenizer.vocab_size))
-    if theirs != ours or own.lowercase != tokenizer.lowercase:
-        pairs = enumerate(zip(theirs, ours, strict=False))  # lengths may differ
-        differs = next((i for i, (a, b) in pairs if a != b), min(len(theirs), len(ours)))
+    theirs = own.pieces(range(own.vocab_size))
+    if theirs != pieces or own.lowercase != tokenizer.lowercase:
+        pairs = enumerate(zip(theirs, pieces, strict=False))  # lengths may differ
+        differs = next((i for i, (a, b) in pairs if a != b), min(len(theirs), len(pieces)))
         raise ValueError(
             f"ensemble member {run_dir}: its subword vocabulary is not {tokenizer.path}'s "
             f"({own.vocab_size} against {tokenizer.vocab_size} pieces, first difference at id "
