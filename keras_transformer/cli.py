@@ -211,12 +211,11 @@ def _evaluation_name(translator, ensemble) -> str:
 
 
 def _member_name(member: Path) -> str:
-    """A run directory by its name; a weights file by its run's and its own (a rolling checkpoint
-    by the run holding its checkpoints/ directory)."""
-    if member.is_dir():
-        return member.name
-    run = member.parent.parent if member.parent.name == "checkpoints" else member.parent
-    return f"{run.name}-{member.name.split('.')[0]}"
+    """A run directory by its name; a weights file by its run's and its own."""
+    from keras_transformer.translator import member_run_directory
+
+    run = member_run_directory(member)
+    return run.name if member.is_dir() else f"{run.name}-{member.name.split('.')[0]}"
 
 
 def _attention(args):

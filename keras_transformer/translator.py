@@ -210,18 +210,23 @@ def _load_model(run_dir: Path, weights=None):
     return model, weights
 
 
+def member_run_directory(path: Path) -> Path | None:
+    """The run an ensemble member belongs to: the directory itself, or the nearest one above a
+    weights file that holds a config.json (a run's, or its checkpoints/'s parent)."""
+    if path.is_dir():
+        return path
+    return next((p for p in path.parents if (p / "config.json").is_file()), None)
+
+
 def _load_member(tokenizer, pieces, path: Path) -> Transformer:
     """An ensemble member from a run directory or a weights file, checked to share the
     vocabulary of `tokenizer` (the first member's, whose `pieces` are its id order)."""
     if not path.exists():
         raise CheckpointError(f"ensemble member {path} does not exist")
-    if path.is_dir():
-        run_dir, weights = path, None
-    else:
-        run_dir = next((p for p in path.parents if (p / "config.json").is_file()), None)
-        if run_dir is None:
-            raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
-        weights = path
+    run_dir = member_run_directory(path)
+    if run_dir is None:
+        raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
+    weights = None if path.is_dir() else path
     own = SubwordTokenizer(run_dir / "subwords.model")
     theirs = own.pieces(range(own.vocab_size))
     if theirs != pieces or own.lowercase != tokenizer.lowercase:

@@ -46,9 +46,8 @@ def test_a_resume_sets_aside_the_checkpoints_of_the_steps_it_trains_again(tmp_pa
     x, y = toy_data()
     callback = RollingCheckpoints(tmp_path, every_steps=2, keep=10)
     compile_model(CONFIG).fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=[callback])
-    resumed = compile_model(
-        CONFIG
-    )  # as if restored from a backup at step 4, older than ckpt-6 and 8
+    # As if restored from a backup at step 4, older than ckpt-6 and 8.
+    resumed = compile_model(CONFIG)
     resumed.optimizer.iterations.assign(4)
 
     resumed.fit(

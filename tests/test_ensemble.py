@@ -136,12 +136,14 @@ def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_r
 
 
 def test_an_ensembles_evaluation_names_each_member_by_its_run(tmp_path):
-    (tmp_path / "seed2").mkdir()
     members = [
         tmp_path / "seed2",  # a run directory: its model.weights.h5
         tmp_path / "vocab16k" / "checkpoints" / "ckpt-00002800.weights.h5",
         tmp_path / "long" / "averaged-last10.weights.h5",
     ]
+    for run in ("seed2", "vocab16k", "long"):  # a run is the directory with a config.json
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "config.json").write_text("{}")
     translator = SimpleNamespace(weights_path=tmp_path / "recipe" / "averaged-last5.weights.h5")
     assert cli._evaluation_name(translator, members) == (
         "ensemble-averaged-last5+seed2+vocab16k-ckpt-00002800+long-averaged-last10"
