@@ -1,0 +1,60 @@
+"""The Makefile's long Multi30k recipe: which `train` commands a run, new or resumed, gets.
+
+`make -n` prints the commands without running them, so each phase is checked in milliseconds
+rather than hours.
+"""
+
+import shutil
+import subprocess
+
+import pytest
+
+from repo_paths import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+
+
+def dry_run(runs):
+    """The commands `make -n train-multi30k-long` would run, one a line."""
+    shown = subprocess.run(
+        ["make", "-n", "train-multi30k-long", "M30K_TARGETS=de", f"M30K_LONG_RUNS={runs}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return shown.replace("\\\n", " ").splitlines()
+
+
+def planned_training(runs):
+    """The `train` commands of `dry_run`, flags split."""
+    return [line.split() for line in dry_run(runs) if "keras_transformer train" in line]
+
+
+def flag(command, name):
+    return command[command.index(name) + 1]
+
+
+def test_a_new_run_trains_both_phases_the_second_with_larger_updates(tmp_path):
+    first, second = planned_training(tmp_path)
+    assert flag(first, "--max-steps") == "8500" and flag(first, "--patience") == "10"
+    assert "--set" not in first
+    assert flag(second, "--max-steps") == "10660"
+    assert flag(second, "--set") == "batch_tokens=8192" and "--allow-training-changes" in second
+    # The measured run trained its second phase to the end, past its best validation loss.
+    assert "--patience" not in second
+    assert flag(first, "--output") == flag(second, "--output") == f"{tmp_path}/multi30k-ende"
+    # make deletes an intermediate file once the target is made, unless told to keep it.
+    assert not [line for line in dry_run(tmp_path) if line.startswith("rm ")]
+
+
+def test_a_rerun_resumes_the_phase_it_was_in(tmp_path):
+    run = tmp_path / "multi30k-ende"
+    run.mkdir()
+    (run / "first-phase.done").touch()
+    (second,) = planned_training(tmp_path)
+    assert flag(second, "--set") == "batch_tokens=8192"
+    # A second phase that finished leaves nothing to train: the first phase's batch size would
+    # otherwise be refused as a change to the run, or recorded as one.
+    (run / "learning_curve.png").touch()
+    assert planned_training(tmp_path) == []
