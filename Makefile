@@ -67,7 +67,7 @@ $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
 		--weights $(@D)/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
 	$(PYTHON) -m keras_transformer curve $(@D)
 
-# The recipe's best single model (docs/RESULTS.md, about 4 hours here): the recipe until its
+# The recipe's best single model (docs/RESULTS.md; 2 to 4.5 hours here): the recipe until its
 # validation loss flattens (M30K_SWITCH_STEP updates, or --patience 10 before), then updates of
 # 8,192 tokens, the published recipe's size, to M30K_LAST_STEP: their final weights are less
 # noisy. The last 10 checkpoints averaged, beam 4 on the validation split (to choose on) and on
