@@ -26,9 +26,9 @@ def dry_run(runs):
     return shown.replace("\\\n", " ").splitlines()
 
 
-def planned_training(runs):
-    """The `train` commands of `dry_run`, flags split."""
-    return [line.split() for line in dry_run(runs) if "keras_transformer train" in line]
+def training(commands):
+    """The `train` commands among `commands`, flags split."""
+    return [line.split() for line in commands if "keras_transformer train" in line]
 
 
 def flag(command, name):
@@ -36,7 +36,8 @@ def flag(command, name):
 
 
 def test_a_new_run_trains_both_phases_the_second_with_larger_updates(tmp_path):
-    first, second = planned_training(tmp_path)
+    commands = dry_run(tmp_path)
+    first, second = training(commands)
     assert flag(first, "--max-steps") == "8500" and flag(first, "--patience") == "10"
     assert "--set" not in first
     assert flag(second, "--max-steps") == "10660"
@@ -45,16 +46,16 @@ def test_a_new_run_trains_both_phases_the_second_with_larger_updates(tmp_path):
     assert "--patience" not in second
     assert flag(first, "--output") == flag(second, "--output") == f"{tmp_path}/multi30k-ende"
     # make deletes an intermediate file once the target is made, unless told to keep it.
-    assert not [line for line in dry_run(tmp_path) if line.startswith("rm ")]
+    assert not [line for line in commands if line.startswith("rm ")]
 
 
 def test_a_rerun_resumes_the_phase_it_was_in(tmp_path):
     run = tmp_path / "multi30k-ende"
     run.mkdir()
     (run / "first-phase.done").touch()
-    (second,) = planned_training(tmp_path)
+    (second,) = training(dry_run(tmp_path))
     assert flag(second, "--set") == "batch_tokens=8192"
     # A second phase that finished leaves nothing to train: the first phase's batch size would
     # otherwise be refused as a change to the run, or recorded as one.
     (run / "learning_curve.png").touch()
-    assert planned_training(tmp_path) == []
+    assert training(dry_run(tmp_path)) == []
