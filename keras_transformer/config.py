@@ -44,6 +44,10 @@ class TransformerConfig:
             the sums of embeddings and positional encodings (§5.4).
         attention_dropout: dropout on attention weights; not in the paper, default 0.
         relu_dropout: dropout after the FFN's ReLU; not in the paper, default 0.
+        subword_dropout: BPE-dropout (Provilkov et al., 2020), not in the paper, default 0: the
+            training pairs are segmented anew each time they are read, every merge of the BPE
+            model skipped with this probability, so the model sees many segmentations of each
+            sentence; validation, decoding and export keep the deterministic one.
         label_smoothing: ε_ls (§5.4).
         positional_encoding: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
         max_length: longest sequence the model handles: size of the learned position table and of
@@ -69,6 +73,7 @@ class TransformerConfig:
     residual_dropout: float = 0.1
     attention_dropout: float = 0.0
     relu_dropout: float = 0.0
+    subword_dropout: float = 0.0
     label_smoothing: float = 0.1
     positional_encoding: str = "sinusoidal"
     max_length: int = 256
@@ -140,7 +145,8 @@ class TransformerConfig:
                 self.target_vocab_size,
                 "must be positive",
             )
-        for name in ("residual_dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+        regularizers = ("residual_dropout", "attention_dropout", "relu_dropout", "subword_dropout")
+        for name in (*regularizers, "label_smoothing"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, name, value, "must be in [0, 1)")
         _require(

@@ -47,7 +47,14 @@ XLA_BUCKETS = 6
 # resume may change them when asked to, e.g. to continue with larger updates once the validation
 # loss has flattened. Any other change would make the restored weights or optimizer meaningless.
 CHANGEABLE_ON_RESUME = frozenset(
-    {"batch_tokens", "residual_dropout", "attention_dropout", "relu_dropout", "label_smoothing"}
+    {
+        "batch_tokens",
+        "residual_dropout",
+        "attention_dropout",
+        "relu_dropout",
+        "subword_dropout",
+        "label_smoothing",
+    }
 )
 
 
@@ -367,6 +374,7 @@ def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
     """Trains (or resumes) a run; returns the path of the final weights."""
     from pipelines import (
+        SubwordTokenizer,
         corpus_files,
         load_or_train_tokenizer,
         make_translation_dataset,
@@ -408,12 +416,19 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         )
 
     boundaries = length_buckets(config, run, files, tokenizer)
+    # Only the training pairs are segmented at random; validation scores the segmentation that
+    # decoding and export use.
+    train_tokenizer = (
+        SubwordTokenizer(tokenizer.path, config.subword_dropout)
+        if config.subword_dropout
+        else tokenizer
+    )
 
     def dataset(split, context=None, repeat=False):
         shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
         return make_translation_dataset(
             *files[split],
-            tokenizer,
+            train_tokenizer if split == "train" else tokenizer,
             batch_tokens=config.batch_tokens // micro_batches,
             max_length=config.max_length,
             shuffle=split == "train",

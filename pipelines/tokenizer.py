@@ -9,6 +9,11 @@ about 37000 tokens" (EN-DE); EN-FR used "a 32000 word-piece vocabulary". Both ar
   `tensorflow_text.FastWordpieceTokenizer`. Its detokenizer joins words with single spaces, so
   it does not restore the spacing around punctuation ("dog ." for "dog.").
 
+A BPE model can also segment each sentence at random (`SubwordTokenizer(path, dropout=p)`):
+BPE-dropout (Provilkov et al., 2020) skips each merge with probability p, so the same sentence
+comes out in different pieces each time it is read. Training reads its pairs that way when
+`subword_dropout` is set; everything else uses the model's one deterministic segmentation.
+
 A SentencePiece model can also case-fold (`lowercase=True`): its normalizer lowercases every
 input inside the model, so training, serving and the exported SavedModel all see the same
 lowercased text, like the lowercased, tokenized corpora that many published Multi30k results
@@ -40,6 +45,8 @@ class SubwordTokenizer(tf.Module):
 
     Args:
         path: `*.model` (SentencePiece) or `*.vocab.txt` (WordPiece).
+        dropout: BPE-dropout's probability of skipping a merge (a SentencePiece BPE model only);
+            0 segments deterministically.
 
     Attributes:
         lowercase: whether the model case-folds its input (`train_sentencepiece(lowercase=True)`).
@@ -54,17 +61,22 @@ class SubwordTokenizer(tf.Module):
         tokenizer.detokenize(ids)  # [b"A dog runs."]
     """
 
-    def __init__(self, path):
+    def __init__(self, path, dropout=0.0):
         super().__init__(name="subword_tokenizer")
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"subword model not found: {self.path}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"subword dropout {dropout} must be in [0, 1)")
+        self.dropout = dropout
         self.asset = tf.saved_model.Asset(str(self.path))
         if self.path.name.endswith(WORDPIECE_SUFFIX):
             vocabulary = self.path.read_text(encoding="utf-8").splitlines()
             if vocabulary[:4] != WORDPIECE_RESERVED:
                 raise ValueError(f"{self.path}: the first entries must be {WORDPIECE_RESERVED}")
             self.kind = "wordpiece"
+            if dropout:
+                raise ValueError(f"{self.path}: subword dropout needs a BPE model, not WordPiece")
             self._vocabulary = tf.constant(vocabulary)
             self._tokenizer = tf_text.FastWordpieceTokenizer(
                 vocab=vocabulary, unknown_token="[UNK]", support_detokenization=True
@@ -75,9 +87,15 @@ class SubwordTokenizer(tf.Module):
         else:
             self.kind = "sentencepiece"
             model = self.path.read_bytes()
-            self._tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
-            self.vocab_size = int(self._tokenizer.vocab_size())
             spec = _model_proto(model)
+            if dropout and spec.trainer_spec.model_type != spec.trainer_spec.BPE:
+                raise ValueError(f"{self.path}: subword dropout needs a BPE model")
+            # For a BPE model SentencePiece reads alpha as the merge-dropout probability, and
+            # samples only when nbest_size is not 0 or 1.
+            self._tokenizer = tf_text.SentencepieceTokenizer(
+                model=model, out_type=tf.int32, nbest_size=-1 if dropout else 0, alpha=dropout
+            )
+            self.vocab_size = int(self._tokenizer.vocab_size())
             self.one_id_per_word = spec.trainer_spec.model_type == spec.trainer_spec.WORD
             self.lowercase = spec.normalizer_spec.name == CASE_FOLDING_RULE
 

@@ -152,15 +152,18 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     reshaped = ("--set", "d_ff=64", "--allow-training-changes", "--set", "relu_dropout=0.2")
     assert "['d_ff'] fix the model" in refusal(corpus, output, *reshaped)
 
-    # Larger batches from step 3 on, asked for: the run goes on from its backup, and says so.
+    # Larger batches and BPE-dropout from step 3 on, asked for: the run goes on from its
+    # backup, and says so.
+    resumed = ("--batch-tokens", "1024", "--set", "subword_dropout=0.1")
     rebatched = run(
-        train_command(corpus, output, "--max-steps", "5", "--batch-tokens", "1024")
+        train_command(corpus, output, "--max-steps", "5", *resumed)
         + ["--allow-training-changes", "--log-every", "1"]
     )
     assert rebatched.returncode == 0, rebatched.stderr[-3000:]
     assert json.loads((output / "config.json").read_text())["batch_tokens"] == 1024
     [change] = json.loads((output / "run.json").read_text())["training_changes"]
-    assert change["batch_tokens"] == [512, 1024] and set(change) == {"time", "batch_tokens"}
+    assert change["batch_tokens"] == [512, 1024] and change["subword_dropout"] == [0.0, 0.1]
+    assert set(change) == {"time", "batch_tokens", "subword_dropout"}
     assert [step for step, _ in train_losses(output)][-2:] == [4, 5]
 
     # A run that stops backs up where it stopped: the rerun goes on from step 5, not from the
@@ -172,7 +175,7 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     undone = {**epoch, "step": 7, "val_loss": 0.1}
     with (output / "metrics.jsonl").open("a") as file:
         file.writelines(json.dumps(r) + "\n" for r in [*plateau, undone])
-    patient = train_command(corpus, output, "--max-steps", "8", "--batch-tokens", "1024")
+    patient = train_command(corpus, output, "--max-steps", "8", *resumed)
     patient = run([*patient, "--patience", "2"])
     assert patient.returncode == 0, patient.stderr[-3000:]
     assert "at step 5," in patient.stderr
@@ -181,7 +184,7 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
 
     for path in (output / "backup").rglob("*.h5"):
         path.write_bytes(b"\x00garbage")
-    corrupt = run(train_command(corpus, output, "--max-steps", "6", "--batch-tokens", "1024"))
+    corrupt = run(train_command(corpus, output, "--max-steps", "6", *resumed))
     assert corrupt.returncode != 0
     assert "cannot resume from the backup" in corrupt.stderr
     assert str(output / "backup") in corrupt.stderr

@@ -106,3 +106,29 @@ def test_a_vocabulary_file_named_for_the_other_format_is_refused(tmp_path, name,
     with pytest.raises(ValueError, match=r"vocabulary file must (not )?end in \.vocab\.txt"):
         load_or_train_tokenizer(tmp_path / name, [], 100, kind=kind)
     assert not list(tmp_path.iterdir())
+
+
+def test_subword_dropout_samples_segmentations_of_the_same_text(tokenizer, multi30k_dir):
+    lines = read_lines(multi30k_dir / "val.de.gz")[:200]
+    sampled = SubwordTokenizer(tokenizer.path, dropout=0.1)
+    # Two passes of a tf.data pipeline, as training reads its pairs: each segments anew.
+    dataset = tf.data.Dataset.from_tensor_slices(lines).batch(50).map(sampled.tokenize)
+    first, second = ([ids for batch in dataset for ids in batch.to_list()] for _ in range(2))
+    deterministic = tokenizer.tokenize(tf.constant(lines)).to_list()
+    assert sum(a != b for a, b in zip(first, second, strict=True)) > 100
+    # Skipped merges leave more, shorter pieces; the text they spell is the same.
+    assert sum(map(len, first)) > 1.1 * sum(map(len, deterministic))
+    spelled = tokenizer.detokenize(tf.ragged.constant(first)).numpy().tolist()
+    assert spelled == tokenizer.detokenize(tf.ragged.constant(deterministic)).numpy().tolist()
+
+
+def test_subword_dropout_is_refused_for_models_without_merges(tmp_path, train_slice):
+    words = train_sentencepiece(train_slice, tmp_path / "words.model", 1000, model_type="word")
+    with pytest.raises(ValueError, match="words.model: subword dropout needs a BPE model"):
+        SubwordTokenizer(words, dropout=0.1)
+    wordpiece = tmp_path / "w.vocab.txt"
+    wordpiece.write_text("[PAD]\n[BOS]\n[EOS]\n[UNK]\ndog\n")
+    with pytest.raises(ValueError, match="needs a BPE model, not WordPiece"):
+        SubwordTokenizer(wordpiece, dropout=0.1)
+    with pytest.raises(ValueError, match="subword dropout 1.0 must be in"):
+        SubwordTokenizer(words, dropout=1.0)
