@@ -68,7 +68,6 @@ class SubwordTokenizer(tf.Module):
             raise FileNotFoundError(f"subword model not found: {self.path}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"subword dropout {dropout} must be in [0, 1)")
-        self.dropout = dropout
         self.asset = tf.saved_model.Asset(str(self.path))
         if self.path.name.endswith(WORDPIECE_SUFFIX):
             vocabulary = self.path.read_text(encoding="utf-8").splitlines()
