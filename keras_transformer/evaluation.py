@@ -38,7 +38,9 @@ def corpus_scores(hypotheses, references, target_language, lowercase=False) -> d
     """sacreBLEU (detokenized), chrF and tokenized-lowercased BLEU of one corpus.
 
     sacreBLEU and chrF are cased unless `lowercase` (a model trained on lowercased text); the
-    signature says which (`case:mixed` or `case:lc`).
+    signature says which (`case:mixed` or `case:lc`). `length_ratio` (hypothesis to reference
+    tokens, sacreBLEU's) and its `brevity_penalty` come along: they show what the search's
+    length penalty α does to the score.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
@@ -51,6 +53,8 @@ def corpus_scores(hypotheses, references, target_language, lowercase=False) -> d
     return {
         "bleu": detokenized.score,
         "bleu_signature": str(bleu.get_signature()),
+        "length_ratio": detokenized.ratio,
+        "brevity_penalty": detokenized.bp,
         "chrf": chrf.corpus_score(hypotheses, [references]).score,
         "bleu_tokenized_lowercase": tokenized.score,
         "sentences": len(hypotheses),
@@ -98,7 +102,8 @@ def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
 def bleu_summary(scores) -> str:
     return (
         f"sacreBLEU {scores['bleu']:.2f} ({scores['bleu_signature']}), chrF {scores['chrf']:.2f}, "
-        f"tokenized lowercased BLEU {scores['bleu_tokenized_lowercase']:.2f}"
+        f"tokenized lowercased BLEU {scores['bleu_tokenized_lowercase']:.2f}, "
+        f"length ratio {scores['length_ratio']:.3f}"
     )
 
 

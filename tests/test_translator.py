@@ -3,6 +3,7 @@
 import gzip
 import json
 import logging
+import math
 import shutil
 
 import numpy as np
@@ -116,6 +117,15 @@ def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
     case_folded = corpus_scores([r.lower() for r in references], references, "de", lowercase=True)
     assert case_folded["bleu"] == pytest.approx(100) and case_folded["chrf"] == pytest.approx(100)
     assert "|case:lc|" in case_folded["bleu_signature"]
+
+
+def test_corpus_scores_report_the_length_ratio_and_brevity_penalty():
+    references = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."]
+    assert corpus_scores(references, references, "de")["brevity_penalty"] == pytest.approx(1)
+    # 13a tokens: 7 + 5 in the references, 3 + 5 in the hypotheses.
+    short = corpus_scores(["Ein Hund rennt", references[1]], references, "de")
+    assert short["length_ratio"] == pytest.approx(8 / 12)
+    assert short["brevity_penalty"] == pytest.approx(math.exp(1 - 12 / 8))
 
 
 def test_attention_maps_are_distributions_over_the_source(translator):
