@@ -172,7 +172,7 @@ def _read_input(path):
 
 
 def _evaluate(args):
-    from keras_transformer.evaluation import evaluate_corpus, task
+    from keras_transformer.evaluation import evaluate_corpus, task, tune_alpha
     from pipelines import corpus_files
     from pipelines.datasets import default_data_dir, default_split
 
@@ -191,14 +191,16 @@ def _evaluate(args):
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
     scoring = task(dataset, target, run.get("lowercase", False))
     search = _search(args, scoring.search)
+    if args.tune_alpha and (args.alpha is not None or search["beam_size"] < 2):
+        raise SystemExit("--tune-alpha needs a beam search (--beam 2 or more) and no --alpha")
     translator = _load_translator(args, args.jit_compile)
-    scores = evaluate_corpus(
-        translator,
-        *files[split],
-        args.output or args.model / "eval" / _evaluation_name(translator, args.ensemble),
-        scoring.score,
-        **search,
-    )
+    output = args.output or args.model / "eval" / _evaluation_name(translator, args.ensemble)
+    if args.tune_alpha:
+        search["alpha"] = tune_alpha(
+            translator, *files["validation"], output, scoring, args.tune_alpha, **search
+        )
+        print(f"validation: length penalty α {search['alpha']:g} of {args.tune_alpha} scores best")
+    scores = evaluate_corpus(translator, *files[split], output, scoring.score, **search)
     print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
 
 
@@ -343,6 +345,14 @@ def _add_decoding(commands):
     )
     evaluate.add_argument(
         "--output", type=Path, help="directory for hypotheses and scores (default RUN/eval/WEIGHTS)"
+    )
+    evaluate.add_argument(
+        "--tune-alpha",
+        type=float,
+        nargs="+",
+        metavar="ALPHA",
+        help="decode the validation split with each length penalty α first, and the split with "
+        "the one that scores best there (§6.1 chose α on the development set)",
     )
     evaluate.set_defaults(handler=_evaluate)
 

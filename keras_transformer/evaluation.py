@@ -10,6 +10,9 @@ BLEU comes in the two forms in use today:
 `task` says for a dataset how its outputs are searched for and scored: translation's §6.1 search
 and BLEU, or for "ptb" §6.3's search and `keras_transformer.parsing.parse_scores`.
 
+`tune_alpha` picks the length penalty α on the development set, as §6.1 chose its α ("after
+experimentation on the development set"); on another corpus the paper's 0.6 need not be best.
+
 Example:
 >>> scores = corpus_scores(["Ein Hund rennt."], ["Ein Hund rennt."], "de")
 >>> scores["bleu"], scores["bleu_tokenized_lowercase"]
@@ -70,6 +73,7 @@ class Task:
         score: `(sources, hypotheses, references) -> dict` of scores (floats are the metrics).
         search: default `beam_size`, `alpha` and `extra_length` of the search.
         summary: `scores -> str`, one line for people.
+        primary: the score that ranks searches (`tune_alpha`): "bleu" or "f1".
         present: `(source, hypothesis) -> str`, a decoded string as `translate` prints it.
     """
 
@@ -77,6 +81,7 @@ class Task:
     score: Callable[[list[str], list[str], list[str]], dict]
     search: dict
     summary: Callable[[dict], str]
+    primary: str
     present: Callable[[str, str], str] = lambda source, hypothesis: hypothesis
 
 
@@ -89,14 +94,14 @@ def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
         from keras_transformer import parsing
 
         return Task(
-            "parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary, parsing.present
+            "parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary, "f1", parsing.present
         )
     from keras_transformer.decoding import SEARCH
 
     def score(sources, hypotheses, references):
         return corpus_scores(hypotheses, references, target_language, lowercase)
 
-    return Task("bleu", score, SEARCH, bleu_summary)
+    return Task("bleu", score, SEARCH, bleu_summary, "bleu")
 
 
 def bleu_summary(scores) -> str:
@@ -152,3 +157,36 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores
+
+
+def tune_alpha(translator, source_path, target_path, output_dir, task, alphas, **search) -> float:
+    """The α of `alphas` under which the (development) split scores best by `task.primary`.
+
+    Each α's hypotheses and scores go to `output_dir` as `evaluate_corpus` writes them, and the
+    comparison to `<split>.beam<k>.alpha_tuning.json`; a tie goes to the α listed first.
+    """
+    if search.get("beam_size", 1) < 2:
+        raise ValueError("tuning the length penalty needs a beam search (beam size 2 or more)")
+    scores = {}
+    for alpha in alphas:
+        result = evaluate_corpus(
+            translator,
+            source_path,
+            target_path,
+            output_dir,
+            task.score,
+            **{**search, "alpha": alpha},
+        )
+        logger.info("α %g: %s", alpha, task.summary(result))
+        scores[alpha] = result[task.primary]
+    chosen = max(scores, key=scores.get)
+    split = Path(source_path).name.split(".")[0]
+    record = {
+        "split": split,
+        "metric": task.primary,
+        "scores": {f"{alpha:g}": score for alpha, score in scores.items()},
+        "chosen_alpha": chosen,
+    }
+    path = Path(output_dir) / f"{split}.beam{search['beam_size']}.alpha_tuning.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return chosen

@@ -1,4 +1,5 @@
-"""The Makefile's long Multi30k recipe: which `train` commands a run, new or resumed, gets.
+"""The Makefile's long Multi30k recipe: which `train` commands a run, new or resumed, gets, and
+how it scores the result.
 
 `make -n` prints the commands without running them, so each phase is checked in milliseconds
 rather than hours.
@@ -59,3 +60,10 @@ def test_a_rerun_resumes_the_phase_it_was_in(tmp_path):
     # otherwise be refused as a change to the run, or recorded as one.
     (run / "learning_curve.png").touch()
     assert training(dry_run(tmp_path)) == []
+
+
+def test_the_length_penalty_is_chosen_on_validation_and_test_is_scored_at_it_and_at_0_6(tmp_path):
+    (evaluation,) = [line for line in dry_run(tmp_path) if "keras_transformer evaluate" in line]
+    # One loop: test_2016_flickr after tuning α on validation, then at the default α (0.6).
+    assert 'for tuning in "--tune-alpha 0.6 1.0 1.3 1.6 2.0" ""' in evaluation
+    assert "--split test_2016_flickr $tuning" in evaluation and "--alpha" not in evaluation

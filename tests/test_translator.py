@@ -13,9 +13,10 @@ import tensorflow as tf
 from keras_transformer import cli
 from keras_transformer.attention_plot import attention_maps
 from keras_transformer.config import ConfigError
-from keras_transformer.evaluation import corpus_scores
+from keras_transformer.evaluation import corpus_scores, task, tune_alpha
 from keras_transformer.translator import Translator, load_run, pad_to_bucket
 from pipelines import SubwordTokenizer
+from pipelines.corpus import read_lines
 
 EXTRA = 6  # short outputs keep an untrained model's translations quick
 
@@ -86,23 +87,82 @@ def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
         load_run(tmp_path)
 
 
-def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
-    run_dir, multi30k_dir, tmp_path, capsys
-):
-    data = tmp_path / "data"  # the first lines of each split, as a data directory of its own
+@pytest.fixture
+def first_lines_data(multi30k_dir, tmp_path):
+    """The first 4 lines of each Multi30k split, as a data directory of its own."""
+    data = tmp_path / "data"
     data.mkdir()
     for split in ("train", "val", "test_2016_flickr"):
         for language in ("en", "de"):
             name = f"{split}.{language}.gz"
             with gzip.open(multi30k_dir / name, "rt") as full, gzip.open(data / name, "wt") as part:
                 part.writelines(next(full) for _ in range(4))
+    return data
+
+
+def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
+    run_dir, first_lines_data, tmp_path, capsys
+):
     output = tmp_path / "eval"
-    arguments = ["--model", str(run_dir), "--data-dir", str(data), "--output", str(output)]
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(output)]
     cli.main(["evaluate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
     assert capsys.readouterr().out.startswith("test_2016_flickr en->de beam 2: sacreBLEU ")
     scores = json.loads((output / "test_2016_flickr.beam2.alpha0.6.scores.json").read_text())
     assert (scores["sentences"], scores["alpha"], scores["extra_length"]) == (4, 0.6, EXTRA)
     assert len((output / "test_2016_flickr.beam2.alpha0.6.hyp").read_text().splitlines()) == 4
+
+
+def test_evaluate_command_tunes_the_length_penalty_on_validation_first(
+    run_dir, first_lines_data, tmp_path, capsys
+):
+    output = tmp_path / "eval"
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(output), "--beam", "2", "--extra-length", str(EXTRA)]
+    cli.main(["evaluate", *arguments, "--tune-alpha", "0", "0.6", "5"])
+    tuning = json.loads((output / "val.beam2.alpha_tuning.json").read_text())
+    validation = {
+        alpha: json.loads((output / f"val.beam2.alpha{alpha}.scores.json").read_text())["bleu"]
+        for alpha in ("0", "0.6", "5")
+    }
+    assert tuning["scores"] == validation and tuning["split"] == "val"
+    chosen = tuning["chosen_alpha"]
+    assert validation[f"{chosen:g}"] == max(validation.values())
+    test = json.loads((output / f"test_2016_flickr.beam2.alpha{chosen:g}.scores.json").read_text())
+    assert test["alpha"] == chosen and test["sentences"] == 4
+    assert f"length penalty α {chosen:g} of" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--tune-alpha needs a beam search"):
+        cli.main(["evaluate", *arguments, "--tune-alpha", "0.6", "1", "--alpha", "1"])
+
+
+class LengthPenaltyEcho:
+    """A stand-in translator whose output is right only under one length penalty."""
+
+    constraint = None
+
+    def __init__(self, references, right_alpha):
+        self.references, self.right_alpha = references, right_alpha
+
+    def translate(self, sources, beam_size, alpha, extra_length=50):
+        if alpha == self.right_alpha:
+            return self.references
+        return ["ein"] * len(self.references)
+
+
+def test_tune_alpha_chooses_the_best_scoring_alpha_and_the_first_of_a_tie(multi30k_dir, tmp_path):
+    files = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz")
+    references = read_lines(files[1])
+
+    def tuned(right_alpha, beam_size=4):
+        translator = LengthPenaltyEcho(references, right_alpha)
+        scoring = task("multi30k", "de")
+        alphas = (0.6, 1.3, 2.0)
+        return tune_alpha(translator, *files, tmp_path, scoring, alphas, beam_size=beam_size)
+
+    assert tuned(right_alpha=1.3) == 1.3
+    assert tuned(right_alpha=9.0) == 0.6  # nothing right: every α scores alike, the first stays
+    with pytest.raises(ValueError, match="needs a beam search"):
+        tuned(right_alpha=1.3, beam_size=1)
 
 
 def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
