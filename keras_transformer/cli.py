@@ -196,11 +196,14 @@ def _evaluate(args):
     translator = _load_translator(args, args.jit_compile)
     output = args.output or args.model / "eval" / _evaluation_name(translator, args.ensemble)
     if args.tune_alpha:
-        search["alpha"] = tune_alpha(
+        search["alpha"], tuned = tune_alpha(
             translator, *files["validation"], output, scoring, args.tune_alpha, **search
         )
         print(f"validation: length penalty α {search['alpha']:g} of {args.tune_alpha} scores best")
-    scores = evaluate_corpus(translator, *files[split], output, scoring.score, **search)
+    if args.tune_alpha and split == "validation":
+        scores = tuned  # decoded at the chosen α already
+    else:
+        scores = evaluate_corpus(translator, *files[split], output, scoring.score, **search)
     print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
 
 

@@ -152,24 +152,31 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
     )
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    split = Path(source_path).name.split(".")[0]
-    stem = file_stem(split, search, well_formed)
+    stem = file_stem(split_name(source_path), search, well_formed)
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores
 
 
-def tune_alpha(translator, source_path, target_path, output_dir, task, alphas, **search) -> float:
-    """The α of `alphas` under which the (development) split scores best by `task.primary`.
+def split_name(source_path) -> str:
+    """`test_2016_flickr` of `.../test_2016_flickr.en.gz`: what output files are named by."""
+    return Path(source_path).name.split(".")[0]
+
+
+def tune_alpha(
+    translator, source_path, target_path, output_dir, task, alphas, **search
+) -> tuple[float, dict]:
+    """The α of `alphas` under which the (development) split scores best by `task.primary`,
+    and that α's scores.
 
     Each α's hypotheses and scores go to `output_dir` as `evaluate_corpus` writes them, and the
     comparison to `<split>.beam<k>.alpha_tuning.json`; a tie goes to the α listed first.
     """
     if search.get("beam_size", 1) < 2:
         raise ValueError("tuning the length penalty needs a beam search (beam size 2 or more)")
-    scores = {}
+    results = {}
     for alpha in alphas:
-        result = evaluate_corpus(
+        results[alpha] = evaluate_corpus(
             translator,
             source_path,
             target_path,
@@ -177,10 +184,10 @@ def tune_alpha(translator, source_path, target_path, output_dir, task, alphas, *
             task.score,
             **{**search, "alpha": alpha},
         )
-        logger.info("α %g: %s", alpha, task.summary(result))
-        scores[alpha] = result[task.primary]
+        logger.info("α %g: %s", alpha, task.summary(results[alpha]))
+    scores = {alpha: result[task.primary] for alpha, result in results.items()}
     chosen = max(scores, key=scores.get)
-    split = Path(source_path).name.split(".")[0]
+    split = split_name(source_path)
     record = {
         "split": split,
         "metric": task.primary,
@@ -189,4 +196,4 @@ def tune_alpha(translator, source_path, target_path, output_dir, task, alphas, *
     }
     path = Path(output_dir) / f"{split}.beam{search['beam_size']}.alpha_tuning.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
-    return chosen
+    return chosen, results[chosen]

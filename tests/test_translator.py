@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli
+from keras_transformer import cli, evaluation
 from keras_transformer.attention_plot import attention_maps
 from keras_transformer.config import ConfigError
 from keras_transformer.evaluation import corpus_scores, task, tune_alpha
@@ -135,6 +135,24 @@ def test_evaluate_command_tunes_the_length_penalty_on_validation_first(
         cli.main(["evaluate", *arguments, "--tune-alpha", "0.6", "1", "--alpha", "1"])
 
 
+def test_evaluate_command_tuned_on_validation_decodes_it_once_an_alpha(
+    run_dir, first_lines_data, tmp_path, capsys, monkeypatch
+):
+    decoded = []
+    decode = evaluation.evaluate_corpus
+
+    def counted(translator, source_path, *args, **search):
+        decoded.append((evaluation.split_name(source_path), search["alpha"]))
+        return decode(translator, source_path, *args, **search)
+
+    monkeypatch.setattr(evaluation, "evaluate_corpus", counted)
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(tmp_path / "eval"), "--beam", "2", "--extra-length", str(EXTRA)]
+    cli.main(["evaluate", *arguments, "--split", "val", "--tune-alpha", "0.6", "5"])
+    assert decoded == [("val", 0.6), ("val", 5.0)]
+    assert capsys.readouterr().out.splitlines()[-1].startswith("validation en->de beam 2: ")
+
+
 class LengthPenaltyEcho:
     """A stand-in translator whose output is right only under one length penalty."""
 
@@ -157,7 +175,11 @@ def test_tune_alpha_chooses_the_best_scoring_alpha_and_the_first_of_a_tie(multi3
         translator = LengthPenaltyEcho(references, right_alpha)
         scoring = task("multi30k", "de")
         alphas = (0.6, 1.3, 2.0)
-        return tune_alpha(translator, *files, tmp_path, scoring, alphas, beam_size=beam_size)
+        chosen, scores = tune_alpha(
+            translator, *files, tmp_path, scoring, alphas, beam_size=beam_size
+        )
+        assert scores["alpha"] == chosen
+        return chosen
 
     assert tuned(right_alpha=1.3) == 1.3
     assert tuned(right_alpha=9.0) == 0.6  # nothing right: every α scores alike, the first stays
