@@ -171,22 +171,31 @@ def _read_input(path):
     return lines
 
 
-def _evaluate(args):
-    from keras_transformer.evaluation import evaluate_corpus, task, tune_alpha
+def _run_corpus(args):
+    """The run's settings, dataset and `{split: (source_path, target_path)}` of its language
+    pair, read from `--data-dir` (default: the run's data directory)."""
     from pipelines import corpus_files
-    from pipelines.datasets import default_data_dir, default_split
+    from pipelines.datasets import default_data_dir
 
     run = _run_settings(args.model)
     if not run:
         raise SystemExit(f"{args.model / 'run.json'} not found: is {args.model} a training run?")
     dataset = run.get("dataset", "multi30k")
-    if args.dataset and args.dataset != dataset:
+    if getattr(args, "dataset", None) and args.dataset != dataset:
         raise SystemExit(f"{args.model} was trained on {dataset!r}, not {args.dataset!r}")
+    data_dir = args.data_dir or Path(run.get("data_dir") or default_data_dir(dataset))
+    files = corpus_files(dataset, data_dir, run["source_language"], run["target_language"])
+    return run, dataset, files
+
+
+def _evaluate(args):
+    from keras_transformer.evaluation import evaluate_corpus, task, tune_alpha
+    from pipelines.datasets import default_split
+
+    run, dataset, files = _run_corpus(args)
     source, target = run["source_language"], run["target_language"]
     split = args.split or default_split(dataset)
     split = "validation" if split == "val" else split
-    data_dir = args.data_dir or Path(run.get("data_dir") or default_data_dir(dataset))
-    files = corpus_files(dataset, data_dir, source, target)
     if split not in files:
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
     scoring = task(dataset, target, run.get("lowercase", False))
@@ -205,6 +214,21 @@ def _evaluate(args):
     else:
         scores = evaluate_corpus(translator, *files[split], output, scoring.score, **search)
     print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
+
+
+def _distill(args):
+    from keras_transformer.distillation import distill_data_dir
+
+    run, dataset, files = _run_corpus(args)
+    originals = {path.resolve().parent for pair in files.values() for path in pair}
+    if args.output.resolve() in originals:
+        raise SystemExit(f"--output {args.output} holds the original data: name a new directory")
+    scoring = _task(args.model)
+    translator = _load_translator(args, args.jit_compile)
+    teachers = [translator.weights_path, *(args.ensemble or ())]
+    search = _search(args, scoring.search)
+    distill_data_dir(translator, files, args.output, scoring.present, teachers, **search)
+    print(f"{args.output}: train --data-dir {args.output} trains on the distilled pairs too")
 
 
 def _evaluation_name(translator, ensemble) -> str:
@@ -358,6 +382,18 @@ def _add_decoding(commands):
         "the one that scores best there (§6.1 chose α on the development set)",
     )
     evaluate.set_defaults(handler=_evaluate)
+
+    distill = commands.add_parser(
+        "distill",
+        help="a data directory of the training pairs plus their translations by this model or "
+        "ensemble (sequence-level knowledge distillation)",
+    )
+    _add_search_arguments(distill)
+    distill.add_argument("--data-dir", type=Path, help="default: the run's data directory")
+    distill.add_argument(
+        "--output", type=Path, required=True, help="the new data directory, for train --data-dir"
+    )
+    distill.set_defaults(handler=_distill)
 
     export = commands.add_parser(
         "export", help="SavedModel for TF Serving (<output>/<next version>/), or TFLite"

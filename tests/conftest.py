@@ -64,6 +64,19 @@ def run_dir(tmp_path_factory, multi30k_dir):
     return directory
 
 
+@pytest.fixture
+def first_lines_data(multi30k_dir, tmp_path):
+    """The first 4 lines of each Multi30k split, as a data directory of its own."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test_2016_flickr"):
+        for language in ("en", "de"):
+            name = f"{split}.{language}.gz"
+            with gzip.open(multi30k_dir / name, "rt") as full, gzip.open(data / name, "wt") as part:
+                part.writelines(next(full) for _ in range(4))
+    return data
+
+
 @pytest.fixture(scope="session")
 def exported(run_dir, tmp_path_factory):
     """`run_dir` exported by the CLI as version 1 of a SavedModel base path."""

@@ -1,6 +1,5 @@
 """Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
 
-import gzip
 import json
 import logging
 import math
@@ -85,19 +84,6 @@ def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, tran
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="config.json not found: is .* a training run dir"):
         load_run(tmp_path)
-
-
-@pytest.fixture
-def first_lines_data(multi30k_dir, tmp_path):
-    """The first 4 lines of each Multi30k split, as a data directory of its own."""
-    data = tmp_path / "data"
-    data.mkdir()
-    for split in ("train", "val", "test_2016_flickr"):
-        for language in ("en", "de"):
-            name = f"{split}.{language}.gz"
-            with gzip.open(multi30k_dir / name, "rt") as full, gzip.open(data / name, "wt") as part:
-                part.writelines(next(full) for _ in range(4))
-    return data
 
 
 def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
