@@ -43,14 +43,10 @@ def distill_data_dir(translator, files, output_dir, present, teachers, **search)
         teachers: the weights files decoding, recorded in `distillation.json`.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
-    from pipelines.corpus import read_lines
+    from pipelines.corpus import read_aligned_lines
 
     source_path, target_path = files["train"]
-    sources, references = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(references):
-        raise ValueError(
-            f"line counts differ: {source_path} has {len(sources)}, {target_path} {len(references)}"
-        )
+    sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
     translations = translator.translate(sources, **search)
     seconds = time.perf_counter() - start

@@ -132,13 +132,9 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
         score: `(sources, hypotheses, references) -> dict`, a `Task`'s.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
-    from pipelines.corpus import read_lines
+    from pipelines.corpus import read_aligned_lines
 
-    sources, references = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(references):
-        raise ValueError(
-            f"line counts differ: {source_path} has {len(sources)}, {target_path} {len(references)}"
-        )
+    sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
     hypotheses = translator.translate(sources, **search)
     seconds = time.perf_counter() - start

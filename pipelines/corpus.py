@@ -56,14 +56,20 @@ def read_lines(path) -> list[str]:
     return lines
 
 
-def read_parallel_corpus(source_path, target_path) -> ParallelCorpus:
-    """Reads two aligned files, dropping (and counting) pairs with an empty side."""
+def read_aligned_lines(source_path, target_path) -> tuple[list[str], list[str]]:
+    """The lines of two files that must align line by line; a count mismatch names both."""
     source, target = read_lines(source_path), read_lines(target_path)
     if len(source) != len(target):
         raise CorpusError(
             f"line counts differ: {source_path} has {len(source)} lines, "
             f"{target_path} has {len(target)}"
         )
+    return source, target
+
+
+def read_parallel_corpus(source_path, target_path) -> ParallelCorpus:
+    """Reads two aligned files, dropping (and counting) pairs with an empty side."""
+    source, target = read_aligned_lines(source_path, target_path)
     kept = [(s, t) for s, t in zip(source, target, strict=True) if s and t]
     dropped = len(source) - len(kept)
     if dropped:
