@@ -172,8 +172,8 @@ def _read_input(path):
 
 
 def _run_corpus(args):
-    """The run's settings, dataset and `{split: (source_path, target_path)}` of its language
-    pair, read from `--data-dir` (default: the run's data directory)."""
+    """The run's settings, dataset, data directory (`--data-dir`, default the run's) and
+    `{split: (source_path, target_path)}` of its language pair there."""
     from pipelines import corpus_files
     from pipelines.datasets import default_data_dir
 
@@ -185,14 +185,14 @@ def _run_corpus(args):
         raise SystemExit(f"{args.model} was trained on {dataset!r}, not {args.dataset!r}")
     data_dir = args.data_dir or Path(run.get("data_dir") or default_data_dir(dataset))
     files = corpus_files(dataset, data_dir, run["source_language"], run["target_language"])
-    return run, dataset, files
+    return run, dataset, data_dir, files
 
 
 def _evaluate(args):
     from keras_transformer.evaluation import evaluate_corpus, task, tune_alpha
     from pipelines.datasets import default_split
 
-    run, dataset, files = _run_corpus(args)
+    run, dataset, _, files = _run_corpus(args)
     source, target = run["source_language"], run["target_language"]
     split = args.split or default_split(dataset)
     split = "validation" if split == "val" else split
@@ -219,15 +219,14 @@ def _evaluate(args):
 def _distill(args):
     from keras_transformer.distillation import distill_data_dir
 
-    run, dataset, files = _run_corpus(args)
-    originals = {path.resolve().parent for pair in files.values() for path in pair}
-    if args.output.resolve() in originals:
+    _, _, data_dir, files = _run_corpus(args)
+    if args.output.resolve() == data_dir.resolve():
         raise SystemExit(f"--output {args.output} holds the original data: name a new directory")
     scoring = _task(args.model)
     translator = _load_translator(args, args.jit_compile)
     teachers = [translator.weights_path, *(args.ensemble or ())]
     search = _search(args, scoring.search)
-    distill_data_dir(translator, files, args.output, scoring.present, teachers, **search)
+    distill_data_dir(translator, files, data_dir, args.output, scoring.present, teachers, **search)
     print(f"{args.output}: train --data-dir {args.output} trains on the distilled pairs too")
 
 

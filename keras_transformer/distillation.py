@@ -27,24 +27,28 @@ import os
 import time
 from pathlib import Path
 
+from pipelines.corpus import CorpusError
+
 logger = logging.getLogger(__name__)
 
 RECORD = "distillation.json"
 
 
-def distill_data_dir(translator, files, output_dir, present, teachers, **search) -> Path:
+def distill_data_dir(translator, files, data_dir, output_dir, present, teachers, **search) -> Path:
     """Writes `output_dir`: `files`' training pairs plus the translator's, other splits linked.
 
     Args:
         translator: the teacher, a `Translator` (one model or an ensemble).
         files: `{split: (source_path, target_path)}` of the original data, `corpus_files`'.
-        output_dir: the new data directory; its files take the original files' names.
+        data_dir: the directory `files` were found in; `output_dir` mirrors its layout.
+        output_dir: the new data directory, for `train --data-dir`.
         present: `(source, translation) -> text`, the task's, as `translate` writes lines.
         teachers: the weights files decoding, recorded in `distillation.json`.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
     from pipelines.corpus import read_aligned_lines
 
+    mirrored = mirrored_paths(files, data_dir, output_dir)  # before the hour of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
@@ -52,14 +56,12 @@ def distill_data_dir(translator, files, output_dir, present, teachers, **search)
     seconds = time.perf_counter() - start
     distilled = [present(s, t) for s, t in zip(sources, translations, strict=True)]
 
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_lines(output_dir / Path(source_path).name, sources + sources)
-    write_lines(output_dir / Path(target_path).name, references + distilled)
+    write_lines(mirrored["train"][0], sources + sources)
+    write_lines(mirrored["train"][1], references + distilled)
     for split, paths in files.items():
         if split != "train":
-            for path in paths:
-                link(output_dir / Path(path).name, Path(path))
+            for path, copy in zip(paths, mirrored[split], strict=True):
+                link(copy, Path(path))
     record = {
         "teachers": [str(t) for t in teachers],
         "search": search,
@@ -68,9 +70,27 @@ def distill_data_dir(translator, files, output_dir, present, teachers, **search)
         "same_as_reference": sum(t == r for t, r in zip(distilled, references, strict=True)),
         "decode_seconds": round(seconds, 1),
     }
-    (output_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    (Path(output_dir) / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     logger.info("distilled %d training pairs into %s: %s", len(sources), output_dir, record)
     return output_dir
+
+
+def mirrored_paths(files, data_dir, output_dir) -> dict:
+    """`files` with `output_dir` in place of `data_dir`; raises for a file read from elsewhere
+    (a dataset prepared from an archive into a cache, as ptb is, would never read the copy)."""
+    data_dir = Path(os.path.abspath(data_dir))
+    mirrored = {}
+    for split, paths in files.items():
+        try:
+            relative = [Path(os.path.abspath(path)).relative_to(data_dir) for path in paths]
+        except ValueError:
+            raise CorpusError(
+                f"{paths[0]} is not a file of {data_dir}: this dataset is not read from files "
+                "in --data-dir, so a distilled copy of them would never be trained on"
+            ) from None
+        mirrored[split] = tuple(Path(output_dir) / path for path in relative)
+        mirrored[split][0].parent.mkdir(parents=True, exist_ok=True)
+    return mirrored
 
 
 def write_lines(path: Path, lines) -> None:

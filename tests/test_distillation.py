@@ -5,9 +5,10 @@ import json
 import pytest
 
 from keras_transformer import cli
+from keras_transformer.distillation import mirrored_paths
 from keras_transformer.translator import load_run
 from pipelines import corpus_files
-from pipelines.corpus import read_lines
+from pipelines.corpus import CorpusError, read_lines
 
 EXTRA = 6  # short outputs keep an untrained teacher quick
 
@@ -41,3 +42,15 @@ def test_distill_refuses_to_write_over_the_original_data(run_dir, first_lines_da
     with pytest.raises(SystemExit, match="holds the original data: name a new directory"):
         cli.main(["distill", *arguments, "--output", str(first_lines_data)])
     assert len(read_lines(first_lines_data / "train.de.gz")) == 4
+
+
+def test_the_copy_mirrors_the_data_directory_and_refuses_files_read_from_elsewhere(tmp_path):
+    data = tmp_path / "data"
+    nested = {"train": (data / "wmt14_text/de-en/train.en", data / "wmt14_text/de-en/train.de")}
+    copy = mirrored_paths(nested, data, tmp_path / "copy")
+    assert copy["train"] == tuple(
+        tmp_path / "copy/wmt14_text/de-en" / p.name for p in nested["train"]
+    )
+    cached = {"train": (tmp_path / "cache/train.words", tmp_path / "cache/train.tree")}
+    with pytest.raises(CorpusError, match="not a file of .*data: this dataset is not read from"):
+        mirrored_paths(cached, data, tmp_path / "copy")
