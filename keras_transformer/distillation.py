@@ -27,7 +27,7 @@ import os
 import time
 from pathlib import Path
 
-from pipelines.corpus import CorpusError
+from pipelines.corpus import CorpusError, read_aligned_lines
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +46,7 @@ def distill_data_dir(translator, files, data_dir, output_dir, present, teachers,
         teachers: the weights files decoding, recorded in `distillation.json`.
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
-    from pipelines.corpus import read_aligned_lines
-
-    mirrored = mirrored_paths(files, data_dir, output_dir)  # before the hour of decoding
+    mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
