@@ -27,6 +27,7 @@ import os
 import time
 from pathlib import Path
 
+from keras_transformer.callbacks import write_atomically
 from pipelines.corpus import CorpusError, read_aligned_lines
 
 logger = logging.getLogger(__name__)
@@ -92,10 +93,15 @@ def mirrored_paths(files, data_dir, output_dir) -> dict:
 
 
 def write_lines(path: Path, lines) -> None:
-    """One line each, gzipped when `path` ends in .gz (as the file it stands in for)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt", encoding="utf-8") as file:
-        file.writelines(line + "\n" for line in lines)
+    """One line each, gzipped when `path` ends in .gz (as the file it stands in for); written
+    whole or not at all, so an interrupted run never leaves a truncated training split."""
+
+    def write(partial):
+        opener = gzip.open if partial.suffix == ".gz" else open
+        with opener(partial, "wt", encoding="utf-8") as file:
+            file.writelines(line + "\n" for line in lines)
+
+    write_atomically(path, write)
 
 
 def link(path: Path, original: Path) -> None:
