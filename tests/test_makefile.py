@@ -1,5 +1,5 @@
-"""The Makefile's long Multi30k recipe: which `train` commands a run, new or resumed, gets, and
-how it scores the result.
+"""The Makefile's long Multi30k recipe and its five-model ensemble: which `train` commands a run,
+new or resumed, gets, and how it scores the result.
 
 `make -n` prints the commands without running them, so each phase is checked in milliseconds
 rather than hours.
@@ -15,10 +15,10 @@ from repo_paths import REPO_ROOT
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 
 
-def dry_run(runs):
-    """The commands `make -n train-multi30k-long` would run, one a line."""
+def dry_run(runs, target="train-multi30k-long", runs_variable="M30K_LONG_RUNS"):
+    """The commands `make -n TARGET` would run, one a line."""
     shown = subprocess.run(
-        ["make", "-n", "train-multi30k-long", "M30K_TARGETS=de", f"M30K_LONG_RUNS={runs}"],
+        ["make", "-n", target, "M30K_TARGETS=de", f"{runs_variable}={runs}"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -67,3 +67,86 @@ def test_the_length_penalty_is_chosen_on_validation_and_test_is_scored_at_it_and
     # One loop: test_2016_flickr after tuning α on validation, then at the default α (0.6).
     assert 'for tuning in "--tune-alpha 0.6 1.0 1.3 1.6 2.0" ""' in evaluation
     assert "--split test_2016_flickr $tuning" in evaluation and "--alpha" not in evaluation
+
+
+def ensemble_dry_run(runs):
+    return dry_run(runs, "train-multi30k-ensemble", "KD_RUNS")
+
+
+def settings(command):
+    return [command[i + 1] for i, word in enumerate(command) if word == "--set"]
+
+
+DROPOUT = ["attention_dropout=0.1", "relu_dropout=0.1"]
+
+
+def test_the_ensemble_trains_two_lineages_a_late_dropout_arm_and_two_students(tmp_path):
+    commands = ensemble_dry_run(tmp_path)
+    by_run = {}
+    for command in training(commands):
+        by_run.setdefault(flag(command, "--output"), []).append(command)
+    narrow, attrelu = by_run[f"{tmp_path}/narrow"], by_run[f"{tmp_path}/attrelu"]
+    # The long schedule's two phases, to 10,200; `attrelu` with the added dropout in both, and
+    # then trained on to 10,660 as its student's starting point.
+    assert [flag(c, "--max-steps") for c in narrow] == ["8500", "10200"]
+    assert [flag(c, "--max-steps") for c in attrelu] == ["8500", "10200", "10660"]
+    assert [settings(c) for c in narrow] == [[], ["batch_tokens=8192"]]
+    larger = ["batch_tokens=8192", *DROPOUT]
+    assert [settings(c) for c in attrelu] == [DROPOUT, larger, larger]
+    data = f"{tmp_path}/distilled-data"
+    for run, last_step, trained_on in [
+        ("late-dropout", "11200", "../shared/data/multi30k"),
+        ("student", "13200", data),
+        ("student-attrelu", "11660", data),
+    ]:
+        (command,) = by_run[f"{tmp_path}/{run}"]
+        assert flag(command, "--max-steps") == last_step
+        assert flag(command, "--data-dir") == trained_on
+        assert settings(command) == larger
+    # Each copy is of the run it resumes; `attrelu` goes on to 10,660 before its student's.
+    copies = [(i, line.split()) for i, line in enumerate(commands) if line.startswith("test -d")]
+    assert [words[7:9] for _, words in copies] == [
+        [f"{tmp_path}/narrow", f"{tmp_path}/late-dropout.partial"],
+        [f"{tmp_path}/narrow", f"{tmp_path}/student.partial"],
+        [f"{tmp_path}/attrelu", f"{tmp_path}/student-attrelu.partial"],
+    ]
+    (on_to_10660,) = [i for i, line in enumerate(commands) if "--max-steps 10660" in line]
+    assert on_to_10660 < copies[2][0]
+
+
+def test_the_three_teachers_distill_and_the_five_are_scored_on_both_splits(tmp_path):
+    commands = ensemble_dry_run(tmp_path)
+    (distill,) = [line for line in commands if "keras_transformer distill" in line]
+    teachers = [
+        f"{tmp_path}/attrelu/step10200-averaged-last10.weights.h5",
+        f"{tmp_path}/late-dropout/step11200-averaged-last10.weights.h5",
+        f"{tmp_path}/narrow/step10200-averaged-last10.weights.h5",
+    ]
+    assert " ".join(teachers[1:]) in distill and f"--weights {teachers[0]}" in distill
+    assert f"--output {tmp_path}/distilled-data" in distill
+    *student, ensemble = [line for line in commands if "keras_transformer evaluate" in line]
+    students = [
+        f"{tmp_path}/student/step13200-averaged-last10.weights.h5",
+        f"{tmp_path}/student-attrelu/step11660-averaged-last10.weights.h5",
+    ]
+    assert f"--ensemble {' '.join(teachers[1:] + students)}" in ensemble
+    assert f"--output {tmp_path}/eval" in ensemble
+    for evaluation in [*student, ensemble]:
+        assert "for split in val test_2016_flickr" in evaluation and "--alpha" not in evaluation
+
+
+def test_an_ensemble_rerun_resumes_after_the_finished_stages(tmp_path):
+    # Made in the order make made them: a file older than what it was made from is remade.
+    for run in ("narrow", "attrelu", "late-dropout"):
+        (tmp_path / run).mkdir()
+    (tmp_path / "narrow" / "first-phase.done").touch()
+    (tmp_path / "attrelu" / "first-phase.done").touch()
+    for run, step in [("narrow", 10200), ("attrelu", 10200), ("late-dropout", 11200)]:
+        (tmp_path / run / f"step{step}-averaged-last10.weights.h5").touch()
+    commands = ensemble_dry_run(tmp_path)
+    assert [flag(c, "--output") for c in training(commands)] == [
+        f"{tmp_path}/student",
+        f"{tmp_path}/attrelu",
+        f"{tmp_path}/student-attrelu",
+    ]
+    assert any("keras_transformer distill" in line for line in commands)
