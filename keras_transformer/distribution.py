@@ -20,14 +20,15 @@ def configure_logical_cpus(count: int):
     )
 
 
-def _cluster_size() -> int:
+def is_multi_worker() -> bool:
+    """Whether `TF_CONFIG` describes a cluster of several tasks, this process one of them."""
     config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    return sum(len(tasks) for tasks in config.get("cluster", {}).values())
+    return sum(len(tasks) for tasks in config.get("cluster", {}).values()) > 1
 
 
 def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:
     """The distribution strategy for this process (see the module docstring)."""
-    if _cluster_size() > 1:
+    if is_multi_worker():
         return tf.distribute.MultiWorkerMirroredStrategy()
     gpus = tf.config.list_logical_devices("GPU")
     if gpus and not num_devices:

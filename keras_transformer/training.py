@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from keras_transformer import callbacks as run_callbacks
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
-from keras_transformer.distribution import create_strategy
+from keras_transformer.distribution import create_strategy, is_multi_worker
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.optimizer import create_optimizer
@@ -381,6 +381,13 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         vocabulary_kind,
     )
 
+    if run.max_minutes and is_multi_worker():
+        # Each worker would stop by its own clock, one step apart at worst, and the one still
+        # going would wait in that step's all-reduce for the others for ever.
+        raise ConfigError(
+            "--max-minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
+            "would stop each worker at its own step; bound the run with --max-steps"
+        )
     prepare_run_directory(run, config)
     configure_numerics(run)
     strategy = create_strategy(run.devices)

@@ -114,3 +114,17 @@ def test_a_batch_share_below_one_sentence_is_refused(tmp_path, multi30k_dir):
     with pytest.raises(SystemExit) as stop:
         main([*argv, "--accumulate", "4", "--output", str(tmp_path / "run")])
     assert "leaves 32 tokens a batch, less than one sentence of max_length 64" in str(stop.value)
+
+
+def test_a_wall_clock_budget_across_workers_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, multi30k_dir
+):
+    # Each worker would stop by its own clock, and one left in a step would wait for ever.
+    workers = {"worker": ["127.0.0.1:20001", "127.0.0.1:20002"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": workers, "task": {"type": "worker"}}))
+    argv = ["train", "--preset", "tiny", "--data-dir", str(multi30k_dir), "--max-minutes", "5"]
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--output", str(tmp_path / "run")])
+    assert "--max-minutes under MultiWorkerMirroredStrategy" in str(stop.value)
+    assert "--max-steps" in str(stop.value)
+    assert not (tmp_path / "run").exists()
