@@ -54,8 +54,8 @@ train-multi30k: $(foreach target,$(M30K_TARGETS),$(M30K_RUNS)/multi30k-en$(targe
 # `train` of the recipe, into run directory $(1) for target language $(2), on data directory $(3)
 # (default $(DATA_DIR)).
 M30K_TRAIN = $(PYTHON) -m keras_transformer train --preset multi30k \
-	--data-dir $(or $(3),$(DATA_DIR)) --src en --tgt $(2) --output $(1) --jit-compile --checkpoint-every 100 --keep-checkpoints 10 \
-	--bleu-every 300
+	--data-dir $(or $(3),$(DATA_DIR)) --src en --tgt $(2) --output $(1) --jit-compile \
+	--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300
 
 # In the rule, $(@D) is the run directory and $* the target language.
 $(M30K_RUNS)/multi30k-en%/learning_curve.png: install
@@ -139,7 +139,8 @@ $(KD_RUNS)/%/first-phase.done: | install
 	touch $@
 
 $(KD_RUNS)/%/step$(KD_STEP)-averaged-last10.weights.h5: $(KD_RUNS)/%/first-phase.done
-	$(call M30K_TRAIN,$(@D),de) --max-steps $(KD_STEP) $(M30K_LARGE_UPDATES) $(KD_FLAGS) $(M30K_FLAGS)
+	$(call M30K_TRAIN,$(@D),de) --max-steps $(KD_STEP) $(M30K_LARGE_UPDATES) $(KD_FLAGS) \
+		$(M30K_FLAGS)
 	$(KD_AVERAGE)
 
 $(KD_LATE): $(KD_NARROW)
