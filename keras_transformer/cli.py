@@ -226,8 +226,17 @@ def _distill(args):
     translator = _load_translator(args, args.jit_compile)
     teachers = [translator.weights_path, *(args.ensemble or ())]
     search = _search(args, scoring.search)
-    distill_data_dir(translator, files, data_dir, args.output, scoring.present, teachers, **search)
-    print(f"{args.output}: train --data-dir {args.output} trains on the distilled pairs too")
+    distill_data_dir(
+        translator,
+        files,
+        data_dir,
+        args.output,
+        scoring.present,
+        teachers,
+        with_references=not args.translations_only,
+        **search,
+    )
+    print(f"{args.output}: train --data-dir {args.output} trains on the distilled pairs")
 
 
 def _evaluation_name(translator, ensemble) -> str:
@@ -391,6 +400,11 @@ def _add_decoding(commands):
     distill.add_argument("--data-dir", type=Path, help="default: the run's data directory")
     distill.add_argument(
         "--output", type=Path, required=True, help="the new data directory, for train --data-dir"
+    )
+    distill.add_argument(
+        "--translations-only",
+        action="store_true",
+        help="train on the translations alone, without the original pairs",
     )
     distill.set_defaults(handler=_distill)
 

@@ -2,14 +2,15 @@
 
 A trained model, or an ensemble of them, translates the source side of the training split by
 beam search (§6.1's search), and a student trains on the original pairs together with these
-translations. The beam's outputs are more regular than human references, so a small student
-learns the teacher's mode rather than the spread of the references; on Multi30k an ensemble
-teacher lifts a single student that way (docs/RESULTS.md).
+translations (or, `--translations-only`, on the translations alone). The beam's outputs are
+more regular than human references, so a small student learns the teacher's mode rather than
+the spread of the references; on Multi30k an ensemble teacher lifts a single student that way
+(docs/RESULTS.md).
 
 `distill_data_dir` writes that training data as a data directory `train --data-dir` reads
 like the original one: the training split's files hold the original pairs followed by the
-distilled ones, and every other split's files are links to the originals, so validation and
-test still score against the references.
+distilled ones (or the distilled ones only), and every other split's files are links to the
+originals, so validation and test still score against the references.
 
 Example:
 
@@ -35,7 +36,9 @@ logger = logging.getLogger(__name__)
 RECORD = "distillation.json"
 
 
-def distill_data_dir(translator, files, data_dir, output_dir, present, teachers, **search) -> Path:
+def distill_data_dir(
+    translator, files, data_dir, output_dir, present, teachers, with_references=True, **search
+) -> Path:
     """Writes `output_dir`: `files`' training pairs plus the translator's, other splits linked.
 
     Args:
@@ -45,6 +48,9 @@ def distill_data_dir(translator, files, data_dir, output_dir, present, teachers,
         output_dir: the new data directory, for `train --data-dir`.
         present: `(source, translation) -> text`, the task's, as `translate` writes lines.
         teachers: the weights files decoding, recorded in `distillation.json`.
+        with_references: keep the original pairs before the translated ones; without them the
+            student learns the teacher's outputs alone (its validation loss against the
+            references then rises, docs/RESULTS.md).
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
@@ -55,8 +61,9 @@ def distill_data_dir(translator, files, data_dir, output_dir, present, teachers,
     seconds = time.perf_counter() - start
     distilled = [present(s, t) for s, t in zip(sources, translations, strict=True)]
 
-    write_lines(mirrored["train"][0], sources + sources)
-    write_lines(mirrored["train"][1], references + distilled)
+    kept = (sources, references) if with_references else ([], [])
+    write_lines(mirrored["train"][0], kept[0] + sources)
+    write_lines(mirrored["train"][1], kept[1] + distilled)
     for split, paths in files.items():
         if split != "train":
             for path, copy in zip(paths, mirrored[split], strict=True):
@@ -65,6 +72,7 @@ def distill_data_dir(translator, files, data_dir, output_dir, present, teachers,
         "teachers": [str(t) for t in teachers],
         "search": search,
         "training_pairs": len(sources),
+        "with_references": with_references,
         "empty_translations": sum(not t.strip() for t in distilled),
         "same_as_reference": sum(t == r for t, r in zip(distilled, references, strict=True)),
         "decode_seconds": round(seconds, 1),

@@ -13,18 +13,21 @@ from pipelines.corpus import CorpusError, read_lines
 EXTRA = 6  # short outputs keep an untrained teacher quick
 
 
+@pytest.mark.parametrize("translations_only", [False, True])
 def test_distill_writes_the_training_pairs_then_their_translations(
-    run_dir, first_lines_data, tmp_path
+    run_dir, first_lines_data, tmp_path, translations_only
 ):
     output = tmp_path / "distilled"
     arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
     arguments += ["--beam", "2", "--extra-length", str(EXTRA)]
+    arguments += ["--translations-only"] if translations_only else []
     cli.main(["distill", *arguments, "--output", str(output)])
 
     english, german = (read_lines(first_lines_data / f"train.{lang}.gz") for lang in ("en", "de"))
     teacher = load_run(run_dir).translate(english, 2, extra_length=EXTRA)
-    assert read_lines(output / "train.en.gz") == english + english
-    assert read_lines(output / "train.de.gz") == german + teacher
+    kept = ([], []) if translations_only else (english, german)
+    assert read_lines(output / "train.en.gz") == kept[0] + english
+    assert read_lines(output / "train.de.gz") == kept[1] + teacher
     # The other splits are the originals, so validation and test still score the references.
     distilled, original = (
         corpus_files("multi30k", d, "en", "de") for d in (output, first_lines_data)
@@ -34,6 +37,7 @@ def test_distill_writes_the_training_pairs_then_their_translations(
             assert path.resolve() == its_original.resolve()
     record = json.loads((output / "distillation.json").read_text())
     assert record["training_pairs"] == 4 and record["search"]["beam_size"] == 2
+    assert record["with_references"] is not translations_only
     assert record["teachers"] == [str(run_dir / "model.weights.h5")]
 
 
