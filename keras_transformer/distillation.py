@@ -77,7 +77,9 @@ def distill_data_dir(
         "same_as_reference": sum(t == r for t, r in zip(distilled, references, strict=True)),
         "decode_seconds": round(seconds, 1),
     }
-    (Path(output_dir) / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    # Last and whole: its presence means the data directory is complete (make's mark of it).
+    text = json.dumps(record, indent=2) + "\n"
+    write_atomically(Path(output_dir) / RECORD, lambda partial: partial.write_text(text))
     logger.info("distilled %d training pairs into %s: %s", len(sources), output_dir, record)
     return output_dir
 
@@ -114,6 +116,5 @@ def write_lines(path: Path, lines) -> None:
 
 def link(path: Path, original: Path) -> None:
     """`path` → the absolute `original`; an existing link is replaced (a rerun)."""
-    if path.is_symlink() or path.exists():
-        path.unlink()
+    path.unlink(missing_ok=True)
     os.symlink(original.resolve(), path)
