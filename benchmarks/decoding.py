@@ -10,6 +10,10 @@ repetitions of 3 calls, median). Prints one JSON line per setting with sentences
 tokens/s (tokens actually generated, read from the result) and the median seconds per call.
 
     .venv/bin/python benchmarks/decoding.py [--jit] [--batches 1 64] [--slices N] [--out FILE]
+
+`--intra-op-threads 1` runs every operation (and each XLA program) on one thread, so that each
+slice of a batch has its own core instead of sharing both cores' thread pool with the other
+slice (benchmarks/RESULTS.md: greedy gains, beam 4 and batch 1 lose, so it is not the default).
 """
 
 import argparse
@@ -79,6 +83,7 @@ def measure(model, batch, beam_size, cached, jit_compile, slices=None) -> dict:
         "batch": batch,
         "jit_compile": jit_compile,
         "slices": side_by_side_slices(batch, slices),
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "warmup_s": round(warm, 2),
         "call_s_median": round(median, 4),
         "sentences_per_s": round(batch / median, 1),
@@ -96,9 +101,12 @@ def main():
     parser.add_argument(
         "--slices", type=int, help="slices of a batch decoded side by side (default: one per core)"
     )
+    parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
     parser.add_argument("--out", help="append the JSON lines to this file")
     args = parser.parse_args()
 
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     tf.keras.utils.set_random_seed(common.SEED)
     model = Transformer(workload_config("small"))
     for batch in args.batches:

@@ -12,6 +12,8 @@ change with `throughput.py`, not with this.
 
     .venv/bin/python benchmarks/profile_step.py --size small [--steps 4] [--top 25] [--dump DIR]
     .venv/bin/python benchmarks/profile_step.py --decode greedy [--steps 4]   # `small`, batch 32
+    .venv/bin/python benchmarks/profile_step.py --decode greedy --decode-batch 16 --slices 1 \
+        --intra-op-threads 1          # one slice of the batch alone on one core
 """
 
 import argparse
@@ -62,8 +64,9 @@ def training_step(size):
     return lambda: model.train_on_batch(*next(batches))
 
 
-def decoding_call(search):
-    """One cached decode of the peers' decoding batch a call (the `small` model)."""
+def decoding_call(search, batch, slices):
+    """One cached decode of the peers' decoding batch (or its first `batch` sentences) a call,
+    in `slices` decoded side by side (default: one per core), with the `small` model."""
     import tensorflow as tf
     from decoding import decode_sources, decoder
     from workload import common, workload_config
@@ -71,8 +74,9 @@ def decoding_call(search):
     from keras_transformer import Transformer
 
     tf.keras.utils.set_random_seed(common.SEED)
-    run = decoder(Transformer(workload_config("small")), 1 if search == "greedy" else 4, True, True)
-    source = decode_sources(common.DEC_BATCH)
+    model = Transformer(workload_config("small"))
+    run = decoder(model, 1 if search == "greedy" else 4, True, True, slices)
+    source = decode_sources(batch or common.DEC_BATCH)
     return lambda: int(run(source))
 
 
@@ -85,12 +89,20 @@ def main():
     parser.add_argument(
         "--decode", choices=["greedy", "beam"], help="profile decoding (`small`, beam 4) instead"
     )
+    parser.add_argument("--decode-batch", type=int, help="sentences decoded a call (default 32)")
+    parser.add_argument("--slices", type=int, help="slices side by side (default: one per core)")
+    parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = xla_flags(args.dump)
 
     import tensorflow as tf
 
-    step = decoding_call(args.decode) if args.decode else training_step(args.size)
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.decode:
+        step = decoding_call(args.decode, args.decode_batch, args.slices)
+    else:
+        step = training_step(args.size)
     for _ in range(3):  # compile and warm up
         step()
     logdir = Path(tempfile.mkdtemp(prefix="kt-profile-"))
