@@ -47,6 +47,16 @@ from pipelines.tokenizer import EOS_ID, PAD_ID
 NEG_INF = -1e9
 
 
+def without_tokens(scores, token_ids, vocab_axis=-1):
+    """`scores` `[rows, vocab]` (or `[vocab, rows]` with `vocab_axis=0`) with the entries of
+    `token_ids` set to `NEG_INF`: never chosen, and outside a log-softmax's normalization."""
+    if not token_ids:
+        return scores
+    vocabulary = tf.range(tf.shape(scores)[vocab_axis])
+    banned = tf.reduce_any(vocabulary[:, None] == tf.constant(token_ids, tf.int32), axis=1)
+    return tf.where(banned[:, None] if vocab_axis == 0 else banned, NEG_INF, scores)
+
+
 def length_penalty(length, alpha):
     """lp(Y) = ((5 + |Y|) / 6)^α for a hypothesis of `length` tokens (GNMT; §6.1 uses α = 0.6)."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
@@ -108,6 +118,7 @@ def beam_search(
     max_decode_length=50,
     max_lengths=None,
     eos_id=EOS_ID,
+    banned_ids=(),
 ) -> BeamSearchResult:
     """Batched beam search; see the module docstring.
 
@@ -123,6 +134,7 @@ def beam_search(
         max_lengths: optional int `[batch]`, each sentence's own limit (≤ `max_decode_length`);
             §6.1 sets it to the input length + 50.
         eos_id: the token that ends a hypothesis.
+        banned_ids: tokens never generated (`without_tokens`).
 
     Returns:
         A `BeamSearchResult`.
@@ -140,7 +152,7 @@ def beam_search(
             tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
         )
         vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
+        log_probs = tf.nn.log_softmax(without_tokens(tf.cast(logits, tf.float32), banned_ids))
         log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
         candidates = tf.reshape(
             state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]

@@ -17,7 +17,7 @@ trees, so that nothing needs repair: after each prefix the only tokens allowed a
 - EOS, once the root is closed and every word written.
 
 Every other token's log-probability is set to `NEG_INF`, so the search renormalizes over the
-allowed ones (as `decoding.never_pad_or_bos` does for PAD and BOS). The state of each
+allowed ones (as the searches do for PAD and BOS, `decoding.NEVER_GENERATED`). The state of each
 hypothesis (words written, brackets open) travels in the search's cache, so beam search reorders
 it with the hypotheses and greedy search carries it along.
 

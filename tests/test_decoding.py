@@ -71,6 +71,26 @@ def test_beam_of_one_without_penalty_is_greedy():
     np.testing.assert_allclose(beam.log_probs[:, 0], greedy.log_probs, atol=1e-5)
 
 
+def test_banned_tokens_are_never_generated_nor_normalized_over():
+    # PAD and BOS score highest at both steps; of the other tokens, 4 and then EOS.
+    table = np.array([[9.0, 8.0, -5.0, 1.0, 3.0, 2.0], [9.0, 8.0, 4.0, 1.0, 3.0, 2.0]], "float32")
+
+    def symbols_to_logits(ids, step, cache):
+        return tf.tile(tf.gather(table, step)[None], [tf.shape(ids)[0], 1]), cache
+
+    first_ids, banned = tf.constant([BOS_ID]), (PAD_ID, BOS_ID)
+    greedy = greedy_search(symbols_to_logits, first_ids, (), 2, banned_ids=banned)
+    beam = beam_search(symbols_to_logits, first_ids, (), 2, 0.0, 2, banned_ids=banned)
+    allowed = table[:, 2:]  # EOS, 3, 4, 5
+    log_softmax = allowed - np.log(np.exp(allowed).sum(axis=1, keepdims=True))
+    expected = log_softmax[0, 4 - 2] + log_softmax[1, EOS_ID - 2]
+    np.testing.assert_array_equal(greedy.ids[0].numpy(), [4, EOS_ID])
+    np.testing.assert_array_equal(beam.ids[0, 0].numpy(), [4, EOS_ID])
+    np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
+    unbanned = greedy_search(symbols_to_logits, first_ids, (), 2)
+    assert unbanned.ids[0, 0] == PAD_ID  # what the ban rules out
+
+
 def test_cached_decoding_equals_uncached(model):
     source = padded(SOURCES)
     for cached, uncached in [
