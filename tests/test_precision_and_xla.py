@@ -1,5 +1,11 @@
-"""Mixed precision and XLA (`jit_compile`) train without NaN, XLA matches the plain path, and
-bfloat16 on a CPU that would run it slower than float32 is warned of."""
+"""Mixed precision and XLA (`jit_compile`) train without NaN, XLA matches the plain path,
+bfloat16 on a CPU that would run it slower than float32 is warned of, and XLA's fused code uses
+the CPU's full vector width."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -13,6 +19,7 @@ from keras_transformer.training import (
     compile_model,
     cpu_has_bfloat16_units,
 )
+from keras_transformer.xla_flags import VECTOR_WIDTH_FLAG, prefer_wide_vectors
 
 CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=5)
 
@@ -82,3 +89,30 @@ def test_bfloat16_units_are_read_from_the_cpu_flags(tmp_path):
     assert not cpu_has_bfloat16_units(cpuinfo)
     cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
     assert cpu_has_bfloat16_units(cpuinfo)
+
+
+def test_a_vector_width_already_in_xla_flags_is_kept(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    prefer_wide_vectors()
+    assert os.environ["XLA_FLAGS"] == f"--xla_cpu_enable_fast_math=false {VECTOR_WIDTH_FLAG}=512"
+    monkeypatch.setenv("XLA_FLAGS", f"{VECTOR_WIDTH_FLAG}=256")
+    prefer_wide_vectors()
+    assert os.environ["XLA_FLAGS"] == f"{VECTOR_WIDTH_FLAG}=256"
+
+
+@pytest.mark.skipif(
+    "avx512f" not in (Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""),
+    reason="needs a CPU with 512-bit vectors",
+)
+def test_importing_the_package_makes_xla_fuse_with_512_bit_vectors(tmp_path):
+    """In a process of its own, as a user's: an elementwise fusion compiled after the import
+    is vectorized 16 floats wide (LLVM IR that XLA dumps), where XLA's default is 8."""
+    script = (
+        "import keras_transformer, tensorflow as tf\n"
+        "x = tf.random.normal([64, 256])\n"
+        "tf.function(lambda a: tf.exp(a) * 3.0 + a, jit_compile=True)(x).numpy()\n"
+    )
+    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}"}
+    subprocess.run([sys.executable, "-c", script], env=environment, check=True, capture_output=True)
+    ir = "".join(path.read_text() for path in tmp_path.glob("*.ir-with-opt.ll"))
+    assert ir.count("<16 x float>") > ir.count("<8 x float>"), "fusion not 512 bits wide"
