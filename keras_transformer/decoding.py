@@ -64,10 +64,11 @@ def greedy_search(
 
     Each step reads the logits vocabulary-major, `[vocab, batch]`. XLA then computes the tied
     output projection that produces them as E·hᵀ instead of h·Eᵀ: on a CPU, the matrix kernels
-    run a product with 8,000 rows and a 16-sentence slice's 16 columns faster than the other
-    way round (in the model, 27% less time for that product; benchmarks/RESULTS.md). It takes
-    the transpose right after the product: a mask in between (such as `banned_ids`, applied
-    here after it) keeps the product batch-major and copies its output instead.
+    run a product of 8,000 rows by a 16-sentence slice's 16 columns faster than the other way
+    round (27% less time for that product in the model; benchmarks/RESULTS.md). XLA folds the
+    transpose into the product only when it comes straight after it, which is why `banned_ids`
+    is applied here, after the transpose: a mask in between keeps the product batch-major and
+    copies its output.
     """
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     batch_size = tf.shape(initial_ids)[0]
