@@ -2,8 +2,8 @@
 
 XLA on CPU generates the code of its fusions (the dropout masks, layer normalization, softmax,
 the loss: all but the matrix products, which Eigen and YNNPACK compute) with 256-bit vectors by
-default, AVX-512 or not. At 512 bits those fusions took 16-30% less thread time in the peers'
-`small` and `base` training steps on an AMD EPYC with AVX-512, about 4% of a step
+default, AVX-512 or not. At 512 bits those fusions took 16-31% less thread time in the peers'
+`small` and `base` training steps on an AMD EPYC with AVX-512, 4-10% of a step
 (benchmarks/RESULTS.md, 2026-11-26). Where the CPU has no 512-bit vectors the preference
 changes nothing; the matrix products do not depend on it.
 
