@@ -321,13 +321,19 @@ def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | N
     return run_callbacks.StopOnPlateau(run.patience, history)
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The CPU's feature flags (and the rest of `cpuinfo`'s words); None where it cannot be read
+    (not Linux)."""
+    try:
+        return set(cpuinfo.read_text().split())
+    except OSError:
+        return None
+
+
 def cpu_has_bfloat16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether the CPU multiplies bfloat16 in hardware (AMX-BF16 or AVX512-BF16 in its flags)."""
-    try:
-        flags = set(cpuinfo.read_text().split())
-    except OSError:  # not Linux: unknown, so no warning
-        return True
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
+    flags = cpu_flags(cpuinfo)
+    return flags is None or bool(flags & {"amx_bf16", "avx512_bf16"})  # unknown: no warning
 
 
 def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -> str | None:

@@ -5,7 +5,6 @@ the CPU's full vector width."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -17,6 +16,7 @@ from keras_transformer.training import (
     TrainingRun,
     bfloat16_cpu_warning,
     compile_model,
+    cpu_flags,
     cpu_has_bfloat16_units,
 )
 from keras_transformer.xla_flags import VECTOR_WIDTH_FLAG, prefer_wide_vectors
@@ -100,10 +100,7 @@ def test_a_vector_width_already_in_xla_flags_is_kept(monkeypatch):
     assert os.environ["XLA_FLAGS"] == f"{VECTOR_WIDTH_FLAG}=256"
 
 
-@pytest.mark.skipif(
-    "avx512f" not in (Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""),
-    reason="needs a CPU with 512-bit vectors",
-)
+@pytest.mark.skipif("avx512f" not in (cpu_flags() or set()), reason="needs 512-bit vectors")
 def test_importing_the_package_makes_xla_fuse_with_512_bit_vectors(tmp_path):
     """In a process of its own, as a user's: an elementwise fusion compiled after the import
     is vectorized 16 floats wide (LLVM IR that XLA dumps), where XLA's default is 8."""
