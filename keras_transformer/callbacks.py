@@ -18,12 +18,13 @@
 import json
 import logging
 import math
-import os
 import re
 import time
 from pathlib import Path
 
 import keras
+
+from pipelines.corpus import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -268,14 +269,6 @@ def save_weights_atomically(model, path) -> None:
     sibling file first and `os.replace` renames it over `path`, which POSIX makes atomic.
     """
     write_atomically(path, lambda partial: model.save_weights(partial, overwrite=True))
-
-
-def write_atomically(path, write) -> None:
-    """Calls `write(sibling_path)`, then renames that file over `path` (atomic on POSIX)."""
-    path = Path(path)
-    partial = path.with_name(f"partial-{path.name}")  # keeps the suffix Keras checks
-    write(partial)
-    os.replace(partial, path)
 
 
 def list_checkpoints(directory) -> list[Path]:

@@ -28,8 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from keras_transformer.callbacks import write_atomically
-from pipelines.corpus import CorpusError, read_aligned_lines
+from pipelines.corpus import CorpusError, read_aligned_lines, write_atomically
 
 logger = logging.getLogger(__name__)
 

@@ -3,11 +3,13 @@
 Reading validates what a silent pipeline would get wrong: files of different lengths (an error
 naming both files and counts), bytes that are not UTF-8 (an error naming file and line), missing
 files (an error with the path). Empty lines are dropped, counted and logged, never silently.
+Files the project writes (vocabularies, checkpoints, run records) go through `write_atomically`.
 """
 
 import dataclasses
 import gzip
 import logging
+import os
 import zlib
 from pathlib import Path
 
@@ -30,6 +32,16 @@ class ParallelCorpus:
 
     def __len__(self):
         return len(self.source)
+
+
+def write_atomically(path, write) -> None:
+    """Calls `write(sibling_path)`, then renames that file over `path` (atomic on POSIX): a run
+    killed mid-write leaves the old file or none, never a truncated one that a resume would load.
+    """
+    path = Path(path)
+    partial = path.with_name(f"partial-{path.name}")  # keeps the suffix Keras checks
+    write(partial)
+    os.replace(partial, path)
 
 
 def _open_text(path: Path):

@@ -31,7 +31,7 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from pipelines.corpus import read_lines
+from pipelines.corpus import read_lines, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -182,16 +182,9 @@ def train_sentencepiece(files, model_path, vocab_size, model_type="bpe", lowerca
             num_threads=2,
             minloglevel=2,
         )
-        _write_atomically(model_path, (Path(scratch) / "subwords.model").read_bytes())
+        trained = (Path(scratch) / "subwords.model").read_bytes()
+        write_atomically(model_path, lambda partial: partial.write_bytes(trained))
     return model_path
-
-
-def _write_atomically(path: Path, data: bytes):
-    """Writes a sibling file and renames it over `path`: a run killed mid-write must not leave a
-    truncated vocabulary that its resume would then load."""
-    partial = path.with_name(f"partial-{path.name}")
-    partial.write_bytes(data)
-    partial.replace(path)
 
 
 def train_wordpiece(files, vocab_path, vocab_size) -> Path:
@@ -207,7 +200,8 @@ def train_wordpiece(files, vocab_path, vocab_size) -> Path:
     )
     vocab_path = Path(vocab_path)
     vocab_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(vocab_path, ("\n".join(vocabulary) + "\n").encode("utf-8"))
+    text = "\n".join(vocabulary) + "\n"
+    write_atomically(vocab_path, lambda partial: partial.write_text(text, encoding="utf-8"))
     return vocab_path
 
 
