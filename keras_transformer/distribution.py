@@ -3,7 +3,8 @@
 `create_strategy` picks `MultiWorkerMirroredStrategy` when `TF_CONFIG` describes a cluster of
 several workers, otherwise `MirroredStrategy` over every visible GPU, or over the first
 `num_devices` logical CPU devices (how the tests run "8 replicas" on a CPU); on one CPU
-device it is TensorFlow's default strategy.
+device it is TensorFlow's default strategy. In a cluster, `worker_name` tells the chief, which
+writes the run's files, from the other workers.
 """
 
 import json
@@ -20,10 +21,28 @@ def configure_logical_cpus(count: int):
     )
 
 
+def _tf_config() -> dict:
+    return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+
+
 def is_multi_worker() -> bool:
     """Whether `TF_CONFIG` describes a cluster of several tasks, this process one of them."""
-    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    return sum(len(tasks) for tasks in config.get("cluster", {}).values()) > 1
+    return sum(len(tasks) for tasks in _tf_config().get("cluster", {}).values()) > 1
+
+
+def worker_name() -> str | None:
+    """`None` for the process that writes a run's files (a single process, or the cluster's
+    chief: the `chief` task, else `worker` 0, as TensorFlow's Keras callbacks decide), and
+    `<type>-<index>` (say `worker-1`) for any other task of a multi-worker cluster."""
+    if not is_multi_worker():
+        return None
+    config = _tf_config()
+    task = config.get("task", {})
+    kind, index = task.get("type", "worker"), int(task.get("index", 0))
+    has_chief = bool(config["cluster"].get("chief"))
+    if kind == "chief" or (kind == "worker" and index == 0 and not has_chief):
+        return None
+    return f"{kind}-{index}"
 
 
 def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from keras_transformer import callbacks as run_callbacks
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
-from keras_transformer.distribution import create_strategy, is_multi_worker
+from keras_transformer.distribution import create_strategy, is_multi_worker, worker_name
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.optimizer import create_optimizer
@@ -233,12 +233,46 @@ def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
     """
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         model._distribute_strategy = None
-        keras_train_step = model.train_step
-        model.train_step = lambda data: {
-            name: tf.reshape(value, [1]) for name, value in keras_train_step(data).items()
-        }
+        model.train_step = _logs_with_worker_axis(model.train_step)
+        model.test_step = _logs_with_worker_axis(model.test_step)  # validation, likewise
     with strategy.scope():
         return model.fit(dataset, **fit_kwargs)
+
+
+def _logs_with_worker_axis(step):
+    return lambda data: {name: tf.reshape(value, [1]) for name, value in step(data).items()}
+
+
+def own_run(run: TrainingRun) -> TrainingRun:
+    """The run as this process keeps it.
+
+    In a cluster (`TF_CONFIG`) only the chief writes the run directory. Two writers of one run
+    would collide at its first backup (HDF5 locks the file) and append each log line twice.
+    Every other worker keeps a resumable run of its own in `workers/<name>/` inside it (backup,
+    checkpoints, metrics, logs, final weights, and a vocabulary: SentencePiece learns the same
+    pieces from the same files), and leaves BLEU to the chief: its decoding is no collective,
+    so the others need not run it.
+    """
+    name = worker_name()
+    if name is None:
+        return run
+    return dataclasses.replace(run, output=run.output / "workers" / name, bleu_every=0)
+
+
+def check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int, backup: Path):
+    """Raises on every worker unless all of them restored the same step from their `backup`:
+    each worker resumes from a backup of its own, and one that died between two workers' saves
+    would otherwise train on from weights the others do not hold."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    steps = strategy.run(lambda: tf.constant([step, step * step], tf.float64))
+    mean, mean_square = strategy.reduce("MEAN", steps, axis=None).numpy()
+    if mean_square != mean * mean:  # the same on every worker, so all of them stop
+        raise run_callbacks.CheckpointError(
+            f"the workers restored different steps (this one {step} from {backup}, on average "
+            f"{mean:g}): give every worker the same step's backup, or delete all of them "
+            "(the chief's backup/ and each workers/<name>/backup/) to start over"
+        )
 
 
 def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
@@ -394,6 +428,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "--max-minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
             "would stop each worker at its own step; bound the run with --max-steps"
         )
+    run = own_run(run)
     prepare_run_directory(run, config)
     configure_numerics(run)
     strategy = create_strategy(run.devices)
@@ -462,6 +497,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     with strategy.scope():
         model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
         step = restored_step(model, resumable_backup(run))
+    check_same_step_everywhere(strategy, step, run.output / "backup")
     final = run.output / "model.weights.h5"
     plateau = plateau_stop(run, step)
     if run.max_steps and step >= run.max_steps:

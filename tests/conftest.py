@@ -64,6 +64,19 @@ def run_dir(tmp_path_factory, multi30k_dir):
     return directory
 
 
+@pytest.fixture(scope="session")
+def multi30k_slice(tmp_path_factory, multi30k_dir):
+    """The first lines of each Multi30k split, written as a data directory of its own."""
+    directory = tmp_path_factory.mktemp("multi30k_slice")
+    for split, lines in {"train": 1200, "val": 40, "test_2016_flickr": 40}.items():
+        for language in ("en", "de"):
+            with gzip.open(multi30k_dir / f"{split}.{language}.gz", "rt", encoding="utf-8") as f:
+                head = [next(f) for _ in range(lines)]
+            with gzip.open(directory / f"{split}.{language}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(head)
+    return directory
+
+
 @pytest.fixture
 def first_lines_data(multi30k_dir, tmp_path):
     """The first 4 lines of each Multi30k split, as a data directory of its own."""

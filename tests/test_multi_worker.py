@@ -1,14 +1,20 @@
-"""MultiWorkerMirroredStrategy from TF_CONFIG: 2 worker processes on 127.0.0.1 train in step."""
+"""MultiWorkerMirroredStrategy from TF_CONFIG: 2 worker processes on 127.0.0.1 train in step, by
+`fit_under_strategy` and by the `train` command."""
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import h5py
 import numpy as np
+from test_training_cli import train_command
 
+from keras_transformer.callbacks import read_metrics
 from repo_paths import REPO_ROOT
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")
@@ -24,10 +30,11 @@ def free_ports(count):
     return ports
 
 
-def test_two_workers_finish_with_identical_weights(tmp_path):
+def run_on_two_workers(commands, timeout=300) -> list[subprocess.CompletedProcess]:
+    """Runs `commands[i]` as worker i of a 2-worker TF_CONFIG cluster on 127.0.0.1."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    processes = []
-    for index in range(2):
+    processes, logs = [], []
+    for index, command in enumerate(commands):
         env = dict(
             os.environ,
             TF_CONFIG=json.dumps(
@@ -36,17 +43,26 @@ def test_two_workers_finish_with_identical_weights(tmp_path):
             PYTHONPATH=str(REPO_ROOT),
             TF_CPP_MIN_LOG_LEVEL="2",
         )
+        # A file, not a pipe: a worker blocked on a full pipe would stall the other one too.
+        logs.append(tempfile.TemporaryFile("w+"))
         processes.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT), str(tmp_path / f"worker{index}.npz")],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
+            subprocess.Popen(command, env=env, stdout=logs[-1], stderr=subprocess.STDOUT)
         )
-    for process in processes:
-        output, _ = process.communicate(timeout=300)
-        assert process.returncode == 0, output.decode()[-3000:]
+    finished = []
+    for process, log in zip(processes, logs, strict=True):
+        returncode = process.wait(timeout)
+        log.seek(0)
+        finished.append(subprocess.CompletedProcess(process.args, returncode, log.read()))
+        log.close()
+    return finished
+
+
+def test_two_workers_finish_with_identical_weights(tmp_path):
+    finished = run_on_two_workers(
+        [[sys.executable, str(WORKER_SCRIPT), str(tmp_path / f"worker{i}.npz")] for i in (0, 1)]
+    )
+    for process in finished:
+        assert process.returncode == 0, process.stdout[-3000:]
 
     results = [np.load(tmp_path / f"worker{i}.npz") for i in range(2)]
     names = [n for n in results[0].files if n.startswith("weight_")]
@@ -54,3 +70,49 @@ def test_two_workers_finish_with_identical_weights(tmp_path):
     for name in names:
         np.testing.assert_array_equal(results[0][name], results[1][name])
     assert np.isfinite(results[0]["loss"]).all()
+
+
+def h5_arrays(path) -> dict:
+    arrays = {}
+    with h5py.File(path) as file:
+        file.visititems(
+            lambda name, item: (
+                arrays.update({name: item[()]}) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+    return arrays
+
+
+def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp_path):
+    """`keras-transformer train` on two workers given the same --output: the chief writes the
+    run, worker 1 keeps its own resumable state in workers/worker-1/, validation runs on both,
+    and both end with the same weights. A rerun whose workers restore different steps stops on
+    both with an error instead of training on from weights that differ."""
+    output = tmp_path / "run"
+    worker_run = output / "workers" / "worker-1"
+
+    def train(max_steps):
+        extra = ("--max-steps", str(max_steps), "--checkpoint-every", "2", "--log-every", "1")
+        return run_on_two_workers([train_command(multi30k_slice, output, *extra)] * 2)
+
+    for process in train(4):
+        assert process.returncode == 0, process.stdout[-3000:]
+    for run in (output, worker_run):
+        records = read_metrics(run / "metrics.jsonl")
+        assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+        assert any("val_loss" in r for r in records)
+    assert not (output / "workers" / "worker-0").exists()
+    chief, worker = (h5_arrays(run / "model.weights.h5") for run in (output, worker_run))
+    assert chief.keys() == worker.keys() and len(chief) > 10
+    for name, array in chief.items():
+        np.testing.assert_array_equal(array, worker[name], err_msg=name)
+
+    step_4_backup = tmp_path / "backup-at-4"
+    shutil.copytree(worker_run / "backup", step_4_backup)
+    for process in train(6):
+        assert process.returncode == 0, process.stdout[-3000:]
+    shutil.rmtree(worker_run / "backup")
+    shutil.copytree(step_4_backup, worker_run / "backup")
+    for process in train(8):
+        assert process.returncode != 0
+        assert "the workers restored different steps" in process.stdout, process.stdout[-3000:]

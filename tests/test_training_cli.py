@@ -1,7 +1,6 @@
 """`keras-transformer train` end to end on a slice of real Multi30k: resume after kill -9,
 reproducibility with a seed, and clear errors for corrupt state or a changed configuration."""
 
-import gzip
 import json
 import os
 import signal
@@ -15,36 +14,22 @@ from keras_transformer import cli
 from keras_transformer.callbacks import read_metrics
 from repo_paths import REPO_ROOT
 
-SLICE = {"train": 1200, "val": 40, "test_2016_flickr": 40}
 TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512", "--bleu-every", "0"]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, multi30k_dir):
-    """The first lines of each Multi30k split, written as a data directory of its own."""
-    directory = tmp_path_factory.mktemp("multi30k_slice")
-    for split, lines in SLICE.items():
-        for language in ("en", "de"):
-            with gzip.open(multi30k_dir / f"{split}.{language}.gz", "rt", encoding="utf-8") as f:
-                head = [next(f) for _ in range(lines)]
-            with gzip.open(directory / f"{split}.{language}.gz", "wt", encoding="utf-8") as f:
-                f.writelines(head)
-    return directory
+def train_arguments(data_dir, output, *extra):
+    return ["train", *TINY, "--data-dir", str(data_dir), "--output", str(output), *extra]
 
 
-def train_arguments(corpus, output, *extra):
-    return ["train", *TINY, "--data-dir", str(corpus), "--output", str(output), *extra]
+def train_command(data_dir, output, *extra):
+    return [sys.executable, "-m", "keras_transformer", *train_arguments(data_dir, output, *extra)]
 
 
-def train_command(corpus, output, *extra):
-    return [sys.executable, "-m", "keras_transformer", *train_arguments(corpus, output, *extra)]
-
-
-def refusal(corpus, output, *extra) -> str:
+def refusal(data_dir, output, *extra) -> str:
     """The error of a train command refused before it trains, run in this process: a process
     of its own would spend seconds importing TensorFlow to print one line."""
     with pytest.raises(SystemExit) as refused:
-        cli.main(train_arguments(corpus, output, *extra))
+        cli.main(train_arguments(data_dir, output, *extra))
     return str(refused.value)
 
 
@@ -58,10 +43,10 @@ def train_losses(output):
     return [(r["step"], r["loss"]) for r in map(json.loads, lines) if r["kind"] == "train"]
 
 
-def test_kill_9_then_rerun_resumes_from_the_last_backup(corpus, tmp_path):
+def test_kill_9_then_rerun_resumes_from_the_last_backup(multi30k_slice, tmp_path):
     output = tmp_path / "run"
     command = train_command(
-        corpus, output, "--max-steps", "40", "--checkpoint-every", "5", "--log-every", "1"
+        multi30k_slice, output, "--max-steps", "40", "--checkpoint-every", "5", "--log-every", "1"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -94,13 +79,13 @@ def test_kill_9_then_rerun_resumes_from_the_last_backup(corpus, tmp_path):
     assert (output / "model.weights.h5").exists()
 
 
-def test_same_seed_same_losses(corpus, tmp_path):
+def test_same_seed_same_losses(multi30k_slice, tmp_path):
     losses = []
     for name in ("a", "b"):
         output = tmp_path / name
         result = run(
             train_command(
-                corpus,
+                multi30k_slice,
                 output,
                 "--max-steps",
                 "6",
@@ -122,11 +107,11 @@ def test_same_seed_same_losses(corpus, tmp_path):
     assert [r.get("loss") for r in losses[0]] == [r.get("loss") for r in losses[1]]
 
 
-def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
+def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_path):
     output = tmp_path / "run"
     first = run(
         train_command(
-            corpus,
+            multi30k_slice,
             output,
             *("--max-steps", "3", "--checkpoint-every", "1"),
             *("--bleu-every", "2", "--bleu-sentences", "8"),
@@ -142,21 +127,21 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     assert all(0 <= r["val_bleu"] <= 100 and "val_chrf" in r for r in bleu)
     assert list((output / "logs" / "bleu").glob("events.out.tfevents.*"))
 
-    changed = refusal(corpus, output, "--max-steps", "3", "--set", "d_ff=64")
+    changed = refusal(multi30k_slice, output, "--max-steps", "3", "--set", "d_ff=64")
     assert "d_ff" in changed and "config.json" in changed
-    relowered = refusal(corpus, output, "--max-steps", "3", "--lowercase")
+    relowered = refusal(multi30k_slice, output, "--max-steps", "3", "--lowercase")
     assert "lowercase=False" in relowered and "drop --lowercase" in relowered
     assert json.loads((output / "run.json").read_text())["lowercase"] is False
-    redropped = refusal(corpus, output, "--max-steps", "3", "--set", "relu_dropout=0.2")
+    redropped = refusal(multi30k_slice, output, "--max-steps", "3", "--set", "relu_dropout=0.2")
     assert "--allow-training-changes" in redropped
     reshaped = ("--set", "d_ff=64", "--allow-training-changes", "--set", "relu_dropout=0.2")
-    assert "['d_ff'] fix the model" in refusal(corpus, output, *reshaped)
+    assert "['d_ff'] fix the model" in refusal(multi30k_slice, output, *reshaped)
 
     # Larger batches and BPE-dropout from step 3 on, asked for: the run goes on from its
     # backup, and says so.
     resumed = ("--batch-tokens", "1024", "--set", "subword_dropout=0.1")
     rebatched = run(
-        train_command(corpus, output, "--max-steps", "5", *resumed)
+        train_command(multi30k_slice, output, "--max-steps", "5", *resumed)
         + ["--allow-training-changes", "--log-every", "1"]
     )
     assert rebatched.returncode == 0, rebatched.stderr[-3000:]
@@ -175,7 +160,7 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
     undone = {**epoch, "step": 7, "val_loss": 0.1}
     with (output / "metrics.jsonl").open("a") as file:
         file.writelines(json.dumps(r) + "\n" for r in [*plateau, undone])
-    patient = train_command(corpus, output, "--max-steps", "8", *resumed)
+    patient = train_command(multi30k_slice, output, "--max-steps", "8", *resumed)
     patient = run([*patient, "--patience", "2"])
     assert patient.returncode == 0, patient.stderr[-3000:]
     assert "at step 5," in patient.stderr
@@ -184,17 +169,17 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(corpus, tmp_path):
 
     for path in (output / "backup").rglob("*.h5"):
         path.write_bytes(b"\x00garbage")
-    corrupt = run(train_command(corpus, output, "--max-steps", "6", *resumed))
+    corrupt = run(train_command(multi30k_slice, output, "--max-steps", "6", *resumed))
     assert corrupt.returncode != 0
     assert "cannot resume from the backup" in corrupt.stderr
     assert str(output / "backup") in corrupt.stderr
 
 
-def test_accumulated_updates_are_the_counted_steps(corpus, tmp_path):
+def test_accumulated_updates_are_the_counted_steps(multi30k_slice, tmp_path):
     output = tmp_path / "run"
     result = run(
         train_command(
-            corpus,
+            multi30k_slice,
             output,
             "--accumulate",
             "2",
@@ -213,6 +198,8 @@ def test_accumulated_updates_are_the_counted_steps(corpus, tmp_path):
     checkpoints = sorted(p.name for p in (output / "checkpoints").glob("*.h5"))
     assert checkpoints == ["ckpt-00000002.weights.h5", "ckpt-00000004.weights.h5"]
 
-    replicas = run(train_command(corpus, tmp_path / "two", "--accumulate", "2", "--devices", "2"))
+    replicas = run(
+        train_command(multi30k_slice, tmp_path / "two", "--accumulate", "2", "--devices", "2")
+    )
     assert replicas.returncode != 0
     assert "--accumulate 2 needs a single replica, not 2" in replicas.stderr
