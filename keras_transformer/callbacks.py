@@ -454,6 +454,10 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     Backs up every `save_freq` batches and when training stops.
     """
 
+    @property
+    def has_backup(self) -> bool:
+        return Path(self._weights_path).exists()
+
     def on_train_begin(self, logs=None):
         try:
             super().on_train_begin(logs)
@@ -465,7 +469,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
         # the end of the restarted epoch would say epoch 0.
         self._current_epoch = self.resumed_epoch
-        if Path(self._weights_path).exists():
+        if self.has_backup:
             logger.info(
                 "resumed from %s at step %d, restarting epoch %d",
                 self._weights_path,

@@ -259,19 +259,22 @@ def own_run(run: TrainingRun) -> TrainingRun:
     return dataclasses.replace(run, output=run.output / "workers" / name, bleu_every=0)
 
 
-def check_same_step_everywhere(strategy: tf.distribute.Strategy, step: int, backup: Path):
-    """Raises on every worker unless all of them restored the same step from their `backup`:
-    each worker resumes from a backup of its own, and one that died between two workers' saves
-    would otherwise train on from weights the others do not hold."""
+def check_workers_agree(strategy: tf.distribute.Strategy, value: int, what: str):
+    """Raises on every worker unless all of them hold the same `value`, an int saying `what`.
+
+    Each worker resumes from a backup of its own (`own_run`). Workers with a backup and without
+    one would fail in the restore's collectives, and workers that restored different steps
+    would train on from weights the others do not hold.
+    """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
-    steps = strategy.run(lambda: tf.constant([step, step * step], tf.float64))
-    mean, mean_square = strategy.reduce("MEAN", steps, axis=None).numpy()
+    values = strategy.run(lambda: tf.constant([value, value * value], tf.float64))
+    mean, mean_square = strategy.reduce("MEAN", values, axis=None).numpy()
     if mean_square != mean * mean:  # the same on every worker, so all of them stop
         raise run_callbacks.CheckpointError(
-            f"the workers restored different steps (this one {step} from {backup}, on average "
-            f"{mean:g}): give every worker the same step's backup, or delete all of them "
-            "(the chief's backup/ and each workers/<name>/backup/) to start over"
+            f"the workers disagree on {what}: {value} here, {mean:g} on average. Give every "
+            "worker the same step's backup, or delete all of them (the chief's backup/ and "
+            "each workers/<name>/backup/) to start over"
         )
 
 
@@ -496,8 +499,11 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     )
     with strategy.scope():
         model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
-        step = restored_step(model, resumable_backup(run))
-    check_same_step_everywhere(strategy, step, run.output / "backup")
+        backup = resumable_backup(run)
+        holds_backup = int(backup.has_backup)
+        check_workers_agree(strategy, holds_backup, f"holding a backup in {backup.backup_dir}")
+        step = restored_step(model, backup)
+    check_workers_agree(strategy, step, f"the step restored from {backup.backup_dir}")
     final = run.output / "model.weights.h5"
     plateau = plateau_stop(run, step)
     if run.max_steps and step >= run.max_steps:

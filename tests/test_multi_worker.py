@@ -86,8 +86,9 @@ def h5_arrays(path) -> dict:
 def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp_path):
     """`keras-transformer train` on two workers given the same --output: the chief writes the
     run, worker 1 keeps its own resumable state in workers/worker-1/, validation runs on both,
-    and both end with the same weights. A rerun whose workers restore different steps stops on
-    both with an error instead of training on from weights that differ."""
+    and both end with the same weights. A rerun whose workers would resume from different steps,
+    or only some of them from a backup, stops on all of them with an error instead of training on
+    from weights that differ."""
     output = tmp_path / "run"
     worker_run = output / "workers" / "worker-1"
 
@@ -115,4 +116,8 @@ def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp
     shutil.copytree(step_4_backup, worker_run / "backup")
     for process in train(8):
         assert process.returncode != 0
-        assert "the workers restored different steps" in process.stdout, process.stdout[-3000:]
+        assert "the workers disagree on the step restored" in process.stdout, process.stdout[-3000:]
+    shutil.rmtree(worker_run / "backup")
+    for process in train(8):
+        assert process.returncode != 0
+        assert "the workers disagree on holding a backup" in process.stdout, process.stdout[-3000:]
