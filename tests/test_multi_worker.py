@@ -49,11 +49,16 @@ def run_on_two_workers(commands, timeout=300) -> list[subprocess.CompletedProces
             subprocess.Popen(command, env=env, stdout=logs[-1], stderr=subprocess.STDOUT)
         )
     finished = []
-    for process, log in zip(processes, logs, strict=True):
-        returncode = process.wait(timeout)
-        log.seek(0)
-        finished.append(subprocess.CompletedProcess(process.args, returncode, log.read()))
-        log.close()
+    try:
+        for process, log in zip(processes, logs, strict=True):
+            returncode = process.wait(timeout)
+            log.seek(0)
+            finished.append(subprocess.CompletedProcess(process.args, returncode, log.read()))
+    finally:  # one worker timed out: the other must not outlive the test either
+        for process, log in zip(processes, logs, strict=True):
+            if process.poll() is None:
+                process.kill()
+            log.close()
     return finished
 
 
