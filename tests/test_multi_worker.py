@@ -91,22 +91,26 @@ def h5_arrays(path) -> dict:
 def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp_path):
     """`keras-transformer train` on two workers given the same --output: the chief writes the
     run, worker 1 keeps its own resumable state in workers/worker-1/, validation runs on both,
-    and both end with the same weights. A rerun whose workers would resume from different steps,
-    or only some of them from a backup, stops on all of them with an error instead of training on
-    from weights that differ."""
+    BLEU on the chief alone, and both end with the same weights. A rerun whose workers would
+    resume from different steps, or only some of them from a backup, stops on all of them with
+    an error instead of training on from weights that differ."""
     output = tmp_path / "run"
     worker_run = output / "workers" / "worker-1"
 
-    def train(max_steps):
+    def train(max_steps, *more):
         extra = ("--max-steps", str(max_steps), "--checkpoint-every", "2", "--log-every", "1")
-        return run_on_two_workers([train_command(multi30k_slice, output, *extra)] * 2)
+        return run_on_two_workers([train_command(multi30k_slice, output, *extra, *more)] * 2)
 
-    for process in train(4):
+    for process in train(4, "--bleu-every", "2", "--bleu-sentences", "4"):
         assert process.returncode == 0, process.stdout[-3000:]
+    bleu_steps = {}
     for run in (output, worker_run):
         records = read_metrics(run / "metrics.jsonl")
         assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
         assert any("val_loss" in r for r in records)
+        bleu_steps[run] = [r["step"] for r in records if r["kind"] == "bleu"]
+    assert bleu_steps == {output: [2, 4], worker_run: []}
+    assert (output / "logs" / "bleu").is_dir() and not (worker_run / "logs" / "bleu").exists()
     assert not (output / "workers" / "worker-0").exists()
     chief, worker = (h5_arrays(run / "model.weights.h5") for run in (output, worker_run))
     assert chief.keys() == worker.keys() and len(chief) > 10
