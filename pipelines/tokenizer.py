@@ -26,6 +26,7 @@ asset of the exported SavedModel.
 
 import logging
 import tempfile
+import zlib
 from pathlib import Path
 
 import tensorflow as tf
@@ -118,6 +119,13 @@ class SubwordTokenizer(tf.Module):
         else:
             strings = self._tokenizer.id_to_string(ids)
         return [s.decode("utf-8") for s in strings.numpy()]
+
+    def fingerprint(self) -> int:
+        """A 24-bit checksum of the pieces in id order: equal for two vocabularies that give every
+        id the same piece, whichever files, paths or process trained them. 24 bits, so that
+        `training.check_workers_agree` squares it exactly in float64."""
+        pieces = "\n".join(self.pieces(range(self.vocab_size)))
+        return zlib.crc32(pieces.encode("utf-8")) & 0xFFFFFF
 
     def detokenize(self, ids):
         """int ids `[batch, length]` (dense or ragged) → `[batch]` tf.string.

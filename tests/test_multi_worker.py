@@ -15,6 +15,7 @@ import numpy as np
 from test_training_cli import train_command
 
 from keras_transformer.callbacks import read_metrics
+from pipelines import train_sentencepiece
 from repo_paths import REPO_ROOT
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")
@@ -92,8 +93,9 @@ def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp
     """`keras-transformer train` on two workers given the same --output: the chief writes the
     run, worker 1 keeps its own resumable state in workers/worker-1/, validation runs on both,
     BLEU on the chief alone, and both end with the same weights. A rerun whose workers would
-    resume from different steps, or only some of them from a backup, stops on all of them with
-    an error instead of training on from weights that differ."""
+    resume from different steps, or only some of them from a backup, or whose vocabularies
+    differ, stops on all of them with an error instead of training on from weights or ids that
+    differ."""
     output = tmp_path / "run"
     worker_run = output / "workers" / "worker-1"
 
@@ -130,3 +132,8 @@ def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp
     for process in train(8):
         assert process.returncode != 0
         assert "the workers disagree on holding a backup" in process.stdout, process.stdout[-3000:]
+    # Worker 1's vocabulary learned from the German side alone: the same size, other pieces.
+    train_sentencepiece([multi30k_slice / "train.de.gz"], worker_run / "subwords.model", 600)
+    for process in train(8):
+        assert process.returncode != 0
+        assert "the workers disagree on the vocabulary" in process.stdout, process.stdout[-3000:]

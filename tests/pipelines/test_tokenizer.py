@@ -96,6 +96,17 @@ def test_lowercase_model_case_folds_in_the_graph_and_a_rerun_must_agree(tmp_path
         load_or_train_tokenizer(path, train_slice, 1000)
 
 
+def test_fingerprint_tells_vocabularies_apart_by_their_pieces(tokenizer, tmp_path, train_slice):
+    """What multi-worker training compares: the same files, trained again elsewhere, give the
+    same pieces and checksum; another vocabulary size or other text does not."""
+    again = SubwordTokenizer(train_sentencepiece(train_slice, tmp_path / "a" / "s.model", 2000))
+    assert again.fingerprint() == tokenizer.fingerprint()
+    assert 0 <= tokenizer.fingerprint() < 2**24
+    smaller = SubwordTokenizer(train_sentencepiece(train_slice, tmp_path / "b.model", 1999))
+    german = SubwordTokenizer(train_sentencepiece(train_slice[1:], tmp_path / "c.model", 2000))
+    assert len({tokenizer.fingerprint(), smaller.fingerprint(), german.fingerprint()}) == 3
+
+
 def test_cased_model_keeps_case(tokenizer):
     assert not tokenizer.lowercase
     assert tokenizer.detokenize(tokenizer.tokenize(["Two Men"])).numpy()[0] == b"Two Men"
