@@ -561,6 +561,9 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         validation_data=with_known_length(dataset("validation")),
         epochs=run.epochs,
         steps_per_epoch=epoch_steps,
+        # The pipeline shuffles the pairs before bucketing; Keras cannot shuffle a dataset, and
+        # with its default shuffle=True it warns in every run that it ignores it.
+        shuffle=False,
         callbacks=build_callbacks(run, tokenizer, files, plateau),
         verbose=run.verbose,
     )
