@@ -28,12 +28,15 @@ requires every input of a signature, so the search settings get a signature of t
 than optional inputs.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
 as one XLA program: on the project's 2-core CPU a one-sentence request takes 2.7-2.9x less time
-(benchmarks/RESULTS.md, "Serving with XLA"). XLA compiles once per request shape (batch size,
-source width padded to a multiple of `translator.LENGTH_BUCKET`) and search settings, seconds
-each. So such an export also holds TensorFlow Serving's warm-up requests (`WARMUP_REQUESTS`): one
-sentence at every padded width up to `WARMUP_MAX_WIDTH` with `serving_default`'s search,
-compiled when a server loads the version rather than on a user's request. TensorFlow Serving
-runs such a model only when started with `--xla_cpu_compilation_enabled=true`.
+(benchmarks/RESULTS.md, "Serving with XLA"). XLA compiles once per request shape and search
+settings, seconds each; the search pads a request's batch to a size in `ROW_BUCKETS` (1, 2, 3,
+4, 6, 8, 12, ...) and its source width to a multiple of `translator.LENGTH_BUCKET`, so a server
+compiles a bounded set of programs, not one per batch size and width. Such an export also holds
+TensorFlow Serving's warm-up requests (`WARMUP_REQUESTS`): one sentence at every padded width up
+to `WARMUP_MAX_WIDTH` with `serving_default`'s search, compiled when a server loads the version
+rather than on a user's request; larger batches compile on their first request (with TF
+Serving's batching, `allowed_batch_sizes` taken from `ROW_BUCKETS` meet the same programs).
+TensorFlow Serving runs such a model only when started with `--xla_cpu_compilation_enabled=true`.
 Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
 Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
@@ -120,19 +123,20 @@ class TranslationModule(tf.Module):
     def search(self, source_ids, beam_size, alpha, extra_length):
         if self._compiled_search is None:
             return self._best_hypotheses(source_ids, beam_size, alpha, extra_length)
-        # XLA compiles once per source shape, beam size and extra length: padding the width to a
-        # bucket bounds the shapes. The outputs are cut back to the unpadded width's budget
-        # (§6.1's limits count non-PAD ids, so the columns cut are PAD): the same as without XLA.
+        # XLA compiles once per source shape, beam size and extra length: padding the width and
+        # the batch to buckets bounds the shapes. The outputs are cut back to
+        # the request's rows and to the unpadded width's budget (§6.1's limits count non-PAD ids,
+        # so the columns cut are PAD): the same as without XLA.
         # Tensors, not Python numbers, so that every signature calls the one traced search, and a
         # shape compiled for one (say, by a warm-up request) serves them all.
         beam_size = tf.convert_to_tensor(beam_size, tf.int32)
         alpha = tf.convert_to_tensor(alpha, tf.float32)
         extra_length = tf.convert_to_tensor(extra_length, tf.int32)
         max_length = self.model.config.max_length
-        width = tf.shape(source_ids)[1]
-        padded = pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length)
+        batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
         target_ids, scores = self._compiled_search(padded, beam_size, alpha, extra_length)
-        return target_ids[:, : tf.minimum(width + extra_length, max_length)], scores
+        return target_ids[:batch, : tf.minimum(width + extra_length, max_length)], scores[:batch]
 
     def translate(self, text, beam_size, alpha, extra_length):
         target_ids, scores = self.search(self.source_ids(text), beam_size, alpha, extra_length)
@@ -177,6 +181,22 @@ def pad_width_to_bucket(source_ids, bucket, limit):
     rounded = -(-width // bucket) * bucket
     target = tf.maximum(tf.minimum(rounded, limit), width)
     return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
+
+
+# The batch sizes a request's rows are padded to: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 3·2^k),
+# from 2 on each at most 1.5x the one before, so padding adds under half a request's rows, and
+# a server compiles about 2·log2(largest batch) programs rather than one per batch size.
+ROW_BUCKETS = sorted({factor * 2**k for factor in (1, 3) for k in range(30)})
+
+
+def pad_rows_to_bucket(source_ids):
+    """Source ids `[batch, width]` with copies of the first row appended up to the next size in
+    `ROW_BUCKETS`. Copies of a real row, not PAD rows, finish when it does, so the search stops no
+    later."""
+    batch = tf.shape(source_ids)[0]
+    buckets = tf.constant(ROW_BUCKETS, tf.int32)
+    rows = tf.gather(buckets, tf.searchsorted(buckets, batch[None]))[0]
+    return tf.concat([source_ids, tf.repeat(source_ids[:1], rows - batch, axis=0)], axis=0)
 
 
 # Where TensorFlow Serving looks for requests to run once at load, before it serves a version.

@@ -114,6 +114,33 @@ def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, transl
     assert served == translator.translate(sentences, beam_size=4, alpha=0.6)
 
 
+# Requests of 3, 4, 5 and 6 rows, one width, in a process whose XLA dumps what it compiles.
+REQUESTS_OF_ROWS = """
+import sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+serve = tf.saved_model.load(sys.argv[1]).signatures["translate_ids"]
+search = {"beam_size": tf.constant(2), "alpha": tf.constant(0.6), "extra_length": tf.constant(3)}
+for rows in (3, 4, 5, 6):
+    result = serve(source_ids=tf.constant([[40, 41, 2]] * rows), **search)
+    assert result["target_ids"].shape[0] == result["scores"].shape[0] == rows
+"""
+
+
+def test_jit_export_compiles_one_program_per_row_bucket(exported_jit, tmp_path):
+    """Batches of 3, 4, 5 and 6 rows run the programs compiled for 3, 4 and 6 rows: three, not
+    four."""
+    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}"}
+    subprocess.run(
+        [sys.executable, "-c", REQUESTS_OF_ROWS, str(exported_jit / "1")],
+        env=environment,
+        check=True,
+        capture_output=True,
+    )
+    compiled = list(tmp_path.glob("*best_hypotheses*.before_optimizations.txt"))
+    assert len(compiled) == 3, [path.name for path in compiled]
+
+
 def read_warmup(version):
     records = tf.data.TFRecordDataset(str(version / WARMUP_REQUESTS))
     return [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log for r in records]
@@ -174,9 +201,19 @@ def test_only_the_jit_export_saves_an_xla_compiled_search(exported, exported_jit
 @pytest.mark.parametrize("export", ["exported", "exported_jit"])
 @pytest.mark.parametrize("beam_size", [3, 1])
 def test_ids_signature_equals_keras_search(export, request, translator, beam_size):
-    """Also with XLA, whose search pads the source width to a bucket: the same ids and width."""
+    """Also with XLA, whose search pads the source width to a bucket and the 5 rows to 6: the same
+    ids and width."""
     module = tf.saved_model.load(str(request.getfixturevalue(export) / "1"))
-    source = np.array([[40, 41, 42, 2, 0], [43, 2, 0, 0, 0]], np.int32)
+    source = np.array(
+        [
+            [40, 41, 42, 2, 0],
+            [43, 2, 0, 0, 0],
+            [44, 45, 2, 0, 0],
+            [46, 2, 0, 0, 0],
+            [47, 48, 49, 50, 2],
+        ],
+        np.int32,
+    )
     served = module.signatures["translate_ids"](
         source_ids=tf.constant(source),
         beam_size=tf.constant(beam_size),
