@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import callbacks as run_callbacks
@@ -35,6 +36,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.optimizer import create_optimizer
 from keras_transformer.transformer import Transformer
+from pipelines.tokenizer import PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -487,7 +489,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         ConfigError,
     )
 
-    boundaries = length_buckets(config, run, files, tokenizer)
+    kept_lengths = kept_pair_lengths(config, files, tokenizer)
+    boundaries = length_buckets(config, run, kept_lengths)
     # Only the training pairs are segmented at random; validation scores the segmentation that
     # decoding and export use.
     train_tokenizer = (
@@ -514,7 +517,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
 
     # One pass counted up front gives a fixed epoch length: with per-replica datasets Keras
     # must not probe for the end of the data (see tests/test_distribution.py).
-    epoch_steps = steps_per_epoch(count_batches(dataset("train")), replicas)
+    pass_batches = batches_carrying(dataset("train", repeat=True), len(kept_lengths))
+    epoch_steps = steps_per_epoch(pass_batches, replicas)
     train_data = strategy.distribute_datasets_from_function(
         lambda context: dataset("train", context, repeat=True)
     )
@@ -571,10 +575,9 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     return final
 
 
-def length_buckets(config, run, files, tokenizer) -> list[int] | None:
-    """Logs the over-long pairs that the training and validation batches leave out; under XLA
-    returns the buckets fitted to the training pairs."""
-    from pipelines.batching import fitted_bucket_boundaries
+def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
+    """The bucketing lengths of the training pairs that batches keep; logs the over-long pairs
+    that the training and validation batches leave out."""
     from pipelines.translation_dataset import pair_lengths
 
     lengths = pair_lengths(*files["train"], tokenizer)
@@ -586,9 +589,16 @@ def length_buckets(config, run, files, tokenizer) -> list[int] | None:
         config.max_length,
         "the validation loss skips them (BLEU translates them, truncated)",
     )
+    return lengths[~over]
+
+
+def length_buckets(config, run, kept_lengths) -> list[int] | None:
+    """Under XLA, the length buckets fitted to the training pairs (`kept_lengths`)."""
+    from pipelines.batching import fitted_bucket_boundaries
+
     if not run.jit_compile:
         return None
-    boundaries = fitted_bucket_boundaries(lengths[~over], XLA_BUCKETS, config.max_length)
+    boundaries = fitted_bucket_boundaries(kept_lengths, XLA_BUCKETS, config.max_length)
     logger.info("XLA: %d length buckets %s, one compiled shape each", len(boundaries), boundaries)
     return boundaries
 
@@ -608,6 +618,19 @@ def warn_over_length(split, over, max_length, consequence):
 
 def count_batches(dataset: tf.data.Dataset) -> int:
     return int(dataset.reduce(0, lambda count, _: count + 1))
+
+
+def batches_carrying(stream: tf.data.Dataset, pairs: int) -> int:
+    """How many batches of `stream` (training batches, repeated) carry `pairs` pairs: an epoch
+    that is one pass over the data. Not the batch count of a finite pass: its every bucket ends
+    in a smaller batch, where the repeated stream's batches are all full."""
+    real_rows = stream.map(
+        lambda inputs, _: tf.reduce_sum(tf.cast(inputs[0][:, 0] != PAD_ID, tf.int64))
+    )
+    carried_before = real_rows.scan(
+        tf.constant(0, tf.int64), lambda total, rows: (total + rows, total)
+    )
+    return count_batches(carried_before.take_while(lambda before: before < pairs))
 
 
 def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:

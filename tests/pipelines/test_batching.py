@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.training import length_buckets
+from keras_transformer.training import batches_carrying, count_batches, kept_pair_lengths
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import bucket_boundaries, fitted_bucket_boundaries
 from pipelines.translation_dataset import pair_lengths
@@ -50,13 +50,13 @@ def test_training_logs_the_over_length_pairs_of_both_splits(
         "validation": [multi30k_dir / f"val.{s}.gz" for s in "en de".split()],
     }
     with caplog.at_level(logging.WARNING):
-        length_buckets(
-            SimpleNamespace(max_length=12), SimpleNamespace(jit_compile=False), files, tokenizer
-        )
+        kept = kept_pair_lengths(SimpleNamespace(max_length=12), files, tokenizer)
     for split, name, pairs in [("train", "training", 3000), ("validation", "validation", 1014)]:
         over = count_over_length(*files[split], tokenizer, max_length=12)
         assert over > 0
         assert f"{over} of {pairs} {name} pairs are longer than max_length=12" in caplog.text
+    assert len(kept) == 3000 - count_over_length(*train_slice, tokenizer, max_length=12)
+    assert kept.max() <= 12
 
 
 def test_bucketing_pads_far_less_than_plain_batching(train_slice, tokenizer):
@@ -138,6 +138,32 @@ def test_fitted_buckets_bound_the_shapes_and_pad_batches_fills_every_batch(train
     assert {rows for rows, _ in shapes} == {2048 // (b - 1) for b in boundaries[:-1]}
     assert {length for _, length in shapes} == {b - 1 for b in boundaries[:-1]}
     assert real_rows == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
+
+
+@pytest.mark.parametrize("fitted", [False, True], ids=["a bucket a length", "fitted buckets"])
+def test_an_epoch_is_the_full_batches_that_carry_one_pass(train_slice, tokenizer, fitted):
+    """`train`'s epoch: the repeated stream's batches that carry one pass's pairs, fewer than a
+    finite pass's batches (each bucket ends in a smaller one), and not one batch more."""
+    files = {"train": train_slice, "validation": train_slice}
+    kept = kept_pair_lengths(SimpleNamespace(max_length=MAX_LENGTH), files, tokenizer)
+    boundaries = fitted_bucket_boundaries(kept, 4, MAX_LENGTH) if fitted else None
+
+    def dataset(repeat):
+        return make_translation_dataset(
+            *train_slice,
+            tokenizer,
+            2048,
+            MAX_LENGTH,
+            seed=1,
+            repeat=repeat,
+            boundaries=boundaries,
+            pad_batches=fitted,
+        )
+
+    epoch = batches_carrying(dataset(repeat=True), len(kept))
+    rows = [int(np.sum(source[:, 0] != 0)) for source, _, _ in batches(dataset(True).take(epoch))]
+    assert sum(rows[:-1]) < len(kept) <= sum(rows)
+    assert epoch < count_batches(dataset(repeat=False))
 
 
 @pytest.mark.parametrize("seed", range(5))
