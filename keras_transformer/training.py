@@ -499,15 +499,17 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         else tokenizer
     )
 
-    def dataset(split, context=None, repeat=False):
+    def dataset(split, context=None, repeat=False, counting=False):
+        """`counting`: the training stream an epoch is counted on, in an order and a
+        segmentation that every worker shares."""
         shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
         return make_translation_dataset(
             *files[split],
-            train_tokenizer if split == "train" else tokenizer,
+            train_tokenizer if split == "train" and not counting else tokenizer,
             batch_tokens=config.batch_tokens // micro_batches,
             max_length=config.max_length,
             shuffle=split == "train",
-            seed=run.seed,
+            seed=(run.seed or 0) if counting else run.seed,
             num_shards=shards[0],
             shard_index=shards[1],
             repeat=repeat,
@@ -516,9 +518,18 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         )
 
     # One pass counted up front gives a fixed epoch length: with per-replica datasets Keras
-    # must not probe for the end of the data (see tests/test_distribution.py).
-    pass_batches = batches_carrying(dataset("train", repeat=True), len(kept_lengths))
+    # must not probe for the end of the data (see tests/test_distribution.py). Workers whose
+    # epochs differed would fall out of step in their collectives (one validating while
+    # another trains): they stop instead.
+    pass_batches = batches_carrying(dataset("train", repeat=True, counting=True), len(kept_lengths))
     epoch_steps = steps_per_epoch(pass_batches, replicas)
+    check_workers_agree(
+        strategy,
+        epoch_steps,
+        "the steps an epoch (counted on their training files)",
+        "Give every worker the same training files and flags",
+        ConfigError,
+    )
     train_data = strategy.distribute_datasets_from_function(
         lambda context: dataset("train", context, repeat=True)
     )

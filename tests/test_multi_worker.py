@@ -1,6 +1,7 @@
 """MultiWorkerMirroredStrategy from TF_CONFIG: 2 worker processes on 127.0.0.1 train in step, by
 `fit_under_strategy` and by the `train` command."""
 
+import gzip
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from test_training_cli import train_command
 
 from keras_transformer.callbacks import read_metrics
 from pipelines import train_sentencepiece
+from pipelines.corpus import read_lines
 from repo_paths import REPO_ROOT
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")
@@ -93,15 +95,17 @@ def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp
     """`keras-transformer train` on two workers given the same --output: the chief writes the
     run, worker 1 keeps its own resumable state in workers/worker-1/, validation runs on both,
     BLEU on the chief alone, and both end with the same weights. A rerun whose workers would
-    resume from different steps, or only some of them from a backup, or whose vocabularies
-    differ, stops on all of them with an error instead of training on from weights or ids that
-    differ."""
+    resume from different steps, or only some of them from a backup, or whose vocabularies or
+    epochs differ, stops on all of them with an error instead of training on from weights or ids
+    that differ."""
     output = tmp_path / "run"
     worker_run = output / "workers" / "worker-1"
 
-    def train(max_steps, *more):
+    def train(max_steps, *more, worker_1_data=multi30k_slice):
         extra = ("--max-steps", str(max_steps), "--checkpoint-every", "2", "--log-every", "1")
-        return run_on_two_workers([train_command(multi30k_slice, output, *extra, *more)] * 2)
+        return run_on_two_workers(
+            [train_command(data, output, *extra, *more) for data in (multi30k_slice, worker_1_data)]
+        )
 
     for process in train(4, "--bleu-every", "2", "--bleu-sentences", "4"):
         assert process.returncode == 0, process.stdout[-3000:]
@@ -137,3 +141,15 @@ def test_train_command_on_two_workers_with_one_run_directory(multi30k_slice, tmp
     for process in train(8):
         assert process.returncode != 0
         assert "the workers disagree on the vocabulary" in process.stdout, process.stdout[-3000:]
+    # Worker 1 with the chief's vocabulary but half of its training pairs: shorter epochs.
+    shutil.copy(output / "subwords.model", worker_run / "subwords.model")
+    half = tmp_path / "half"
+    shutil.copytree(multi30k_slice, half)
+    for language in ("en", "de"):
+        lines = read_lines(multi30k_slice / f"train.{language}.gz")
+        with gzip.open(half / f"train.{language}.gz", "wt", encoding="utf-8") as file:
+            file.writelines(line + "\n" for line in lines[: len(lines) // 2])
+    for process in train(8, worker_1_data=half):
+        assert process.returncode != 0
+        disagree = "the workers disagree on the steps an epoch"
+        assert disagree in process.stdout, process.stdout[-3000:]
