@@ -26,9 +26,17 @@ def train_slice(tmp_path_factory, multi30k_dir):
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tmp_path_factory, train_slice):
+def subword_model(tmp_path_factory, train_slice):
     path = tmp_path_factory.mktemp("vocab") / "subwords.model"
-    return SubwordTokenizer(train_sentencepiece(train_slice, path, vocab_size=2000))
+    return train_sentencepiece(train_slice, path, vocab_size=2000)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(subword_model):
+    """A tokenizer a module: tests outside this folder seed Keras, which deletes the
+    SentencePiece resource of a tokenizer created before (see `_seed`), and pytest-xdist may
+    run such tests between two modules of this folder."""
+    return SubwordTokenizer(subword_model)
 
 
 @pytest.fixture(autouse=True)
