@@ -36,7 +36,6 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.optimizer import create_optimizer
 from keras_transformer.transformer import Transformer
-from pipelines.tokenizer import PAD_ID
 
 logger = logging.getLogger(__name__)
 
@@ -438,6 +437,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         make_translation_dataset,
         vocabulary_kind,
     )
+    from pipelines.batching import full_batches_per_pass
 
     if run.max_minutes and is_multi_worker():
         # Each worker would stop by its own clock, one step apart at worst, and the one still
@@ -499,17 +499,15 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         else tokenizer
     )
 
-    def dataset(split, context=None, repeat=False, counting=False):
-        """`counting`: the training stream an epoch is counted on, in an order and a
-        segmentation that every worker shares."""
+    def dataset(split, context=None, repeat=False):
         shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
         return make_translation_dataset(
             *files[split],
-            train_tokenizer if split == "train" and not counting else tokenizer,
+            train_tokenizer if split == "train" else tokenizer,
             batch_tokens=config.batch_tokens // micro_batches,
             max_length=config.max_length,
             shuffle=split == "train",
-            seed=(run.seed or 0) if counting else run.seed,
+            seed=run.seed,
             num_shards=shards[0],
             shard_index=shards[1],
             repeat=repeat,
@@ -517,11 +515,13 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             pad_batches=run.jit_compile,
         )
 
-    # One pass counted up front gives a fixed epoch length: with per-replica datasets Keras
-    # must not probe for the end of the data (see tests/test_distribution.py). Workers whose
-    # epochs differed would fall out of step in their collectives (one validating while
-    # another trains): they stop instead.
-    pass_batches = batches_carrying(dataset("train", repeat=True, counting=True), len(kept_lengths))
+    # An epoch of the full batches that carry one pass, counted up front from the pairs'
+    # lengths: with per-replica datasets Keras must not probe for the end of the data (see
+    # tests/test_distribution.py). Workers whose epochs differed would fall out of step in
+    # their collectives (one validating while another trains): they stop instead.
+    pass_batches = full_batches_per_pass(
+        kept_lengths, config.batch_tokens // micro_batches, config.max_length, boundaries
+    )
     epoch_steps = steps_per_epoch(pass_batches, replicas)
     check_workers_agree(
         strategy,
@@ -629,19 +629,6 @@ def warn_over_length(split, over, max_length, consequence):
 
 def count_batches(dataset: tf.data.Dataset) -> int:
     return int(dataset.reduce(0, lambda count, _: count + 1))
-
-
-def batches_carrying(stream: tf.data.Dataset, pairs: int) -> int:
-    """How many batches of `stream` (training batches, repeated) carry `pairs` pairs: an epoch
-    that is one pass over the data. Not the batch count of a finite pass: its every bucket ends
-    in a smaller batch, where the repeated stream's batches are all full."""
-    real_rows = stream.map(
-        lambda inputs, _: tf.reduce_sum(tf.cast(inputs[0][:, 0] != PAD_ID, tf.int64))
-    )
-    carried_before = real_rows.scan(
-        tf.constant(0, tf.int64), lambda total, rows: (total + rows, total)
-    )
-    return count_batches(carried_before.take_while(lambda before: before < pairs))
 
 
 def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:

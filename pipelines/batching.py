@@ -11,6 +11,8 @@ Each transform takes and returns a `tf.data.Dataset` of `((source, target_in), t
 is applied with `dataset.apply`.
 """
 
+import math
+
 import numpy as np
 import tensorflow as tf
 
@@ -35,6 +37,22 @@ def bucket_batch_sizes(boundaries, batch_tokens):
     """Pairs per batch for each bucket (and the overflow bucket, unused after filtering)."""
     sizes = [max(1, batch_tokens // (boundary - 1)) for boundary in boundaries]
     return sizes + [sizes[-1]]
+
+
+def full_batches_per_pass(lengths, batch_tokens, max_length, boundaries=None):
+    """How many full batches (`bucket_by_token_budget` on repeated data) carry one pass over
+    pairs of these bucketing `lengths`: each bucket's pairs over its batch size, summed, rounded
+    up. Fewer than a finite pass's batches, whose every bucket ends in a smaller one; and the same
+    whatever the order of the pairs.
+
+    Example (batches of 8 pairs up to length 4, of 2 pairs up to 16; a finite pass makes 1 + 2):
+    >>> full_batches_per_pass([3, 3, 3, 9, 9, 9], 32, max_length=16, boundaries=[5, 17])
+    2
+    """
+    boundaries = boundaries or bucket_boundaries(max_length)
+    sizes = np.asarray(bucket_batch_sizes(boundaries, batch_tokens))
+    buckets = np.searchsorted(boundaries, np.asarray(lengths), side="right")
+    return math.ceil(np.sum(1 / sizes[buckets]))
 
 
 def filter_max_length(max_length):
