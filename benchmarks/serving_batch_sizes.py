@@ -5,7 +5,7 @@ warm-up requests included), then makes two passes over requests of 1, 2, ..., `-
 copies of one real Multi30k test sentence (`serving_default`: beam 4, α 0.6), and prints one
 JSON line: the load's seconds, each pass's seconds, and resident memory after each. The first
 pass pays XLA's compilation of every request shape the warm-up did not cover; the second runs
-compiled programs only, so it measures what padding rows to `export.ROW_BUCKETS` costs.
+compiled programs only, so it measures what padding rows to `translator.ROW_BUCKETS` costs.
 
     .venv/bin/python benchmarks/serving_batch_sizes.py --model-base-path saved_models/demo
 """

@@ -29,9 +29,10 @@ than optional inputs.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
 as one XLA program: on the project's 2-core CPU a one-sentence request takes 2.7-2.9x less time
 (benchmarks/RESULTS.md, "Serving with XLA"). XLA compiles once per request shape and search
-settings, seconds each; the search pads a request's batch to a size in `ROW_BUCKETS` (1, 2, 3,
-4, 6, 8, 12, ...) and its source width to a multiple of `translator.LENGTH_BUCKET`, so a server
-compiles a bounded set of programs, not one per batch size and width. Such an export also holds
+settings, seconds each; the search pads a request's batch to a size in
+`translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
+`translator.LENGTH_BUCKET`, so a server compiles a bounded set of programs, not one per batch
+size and width. Such an export also holds
 TensorFlow Serving's warm-up requests (`WARMUP_REQUESTS`): one sentence at every padded width up
 to `WARMUP_MAX_WIDTH` with `serving_default`'s search, compiled when a server loads the version
 rather than on a user's request; larger batches compile on their first request (with TF
@@ -65,7 +66,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, SEARCH, best_hypotheses
-from keras_transformer.translator import LENGTH_BUCKET
+from keras_transformer.translator import LENGTH_BUCKET, pad_rows_to_bucket
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
@@ -181,22 +182,6 @@ def pad_width_to_bucket(source_ids, bucket, limit):
     rounded = -(-width // bucket) * bucket
     target = tf.maximum(tf.minimum(rounded, limit), width)
     return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
-
-
-# The batch sizes a request's rows are padded to: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 3·2^k),
-# from 2 on each at most 1.5x the one before, so padding adds under half a request's rows, and
-# a server compiles about 2·log2(largest batch) programs rather than one per batch size.
-ROW_BUCKETS = sorted({factor * 2**k for factor in (1, 3) for k in range(30)})
-
-
-def pad_rows_to_bucket(source_ids):
-    """Source ids `[batch, width]` with copies of the first row appended up to the next size in
-    `ROW_BUCKETS`. Copies of a real row, not PAD rows, finish when it does, so the search stops no
-    later."""
-    batch = tf.shape(source_ids)[0]
-    buckets = tf.constant(ROW_BUCKETS, tf.int32)
-    rows = tf.gather(buckets, tf.searchsorted(buckets, batch[None]))[0]
-    return tf.concat([source_ids, tf.repeat(source_ids[:1], rows - batch, axis=0)], axis=0)
 
 
 # Where TensorFlow Serving looks for requests to run once at load, before it serves a version.

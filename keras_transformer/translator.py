@@ -5,10 +5,12 @@ of sentences: empty lines come back empty, sentences longer than the model's `ma
 truncated with a warning naming their line numbers, and the rest are sorted by length into
 batches (so little of each batch is padding), decoded, and returned in their input order.
 
-Decoding runs in a `tf.function` traced once per padded batch shape; source lengths are padded
-up to a multiple of `LENGTH_BUCKET`, so a long input file causes a handful of traces, not one per
-batch. On a CPU each batch is cut into one slice per core, decoded side by side
-(`decoding.decode_side_by_side`). `load_run` builds a translator from a training run directory.
+Decoding runs in a `tf.function` traced (with `jit_compile`, compiled) once per padded batch
+shape; source lengths are padded up to a multiple of `LENGTH_BUCKET` and a batch's rows up to a
+size in `ROW_BUCKETS`, so a long input file, or many calls with a few sentences each, cause a
+handful of traces, not one per batch. On a CPU each batch is cut into one slice per core,
+decoded side by side (`decoding.decode_side_by_side`). `load_run` builds a translator from a
+training run directory.
 
 Example (needs a trained run, so not run as a doctest)::
 
@@ -43,6 +45,11 @@ logger = logging.getLogger(__name__)
 
 LENGTH_BUCKET = 8  # source lengths are padded to a multiple of this (bounded retracing)
 BATCH_SENTENCES = 64
+
+# The batch sizes a batch's rows are padded to: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 3·2^k),
+# from 2 on each at most 1.5x the one before, so padding adds under half a batch's rows, and a
+# search is traced (with XLA: compiled) about 2·log2(largest batch) times, not once a batch size.
+ROW_BUCKETS = sorted({factor * 2**k for factor in (1, 3) for k in range(30)})
 
 
 class Translator:
@@ -86,8 +93,12 @@ class Translator:
         `beam_size=1` decodes greedily (scores are then plain log-probabilities).
         """
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        rows = source_ids.shape[0]
         # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
-        return self._decode(source_ids, beam_size, tf.constant(alpha, tf.float32), extra_length)
+        target_ids, scores = self._decode(
+            pad_rows_to_bucket(source_ids), beam_size, tf.constant(alpha, tf.float32), extra_length
+        )
+        return target_ids[:rows], scores[:rows]
 
     def encode_sentences(self, sentences, line_numbers=None):
         """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.
@@ -157,6 +168,16 @@ def pad_to_bucket(rows, bucket=LENGTH_BUCKET, limit=None):
     for i, row in enumerate(rows):
         padded[i, : len(row)] = row
     return padded
+
+
+def pad_rows_to_bucket(source_ids):
+    """Source ids `[batch, width]` with copies of the first row appended up to the next size in
+    `ROW_BUCKETS`. Copies of a real row, not PAD rows, finish when it does, so the search stops no
+    later. TensorFlow ops, so that a serving graph pads as `Translator` does."""
+    batch = tf.shape(source_ids)[0]
+    buckets = tf.constant(ROW_BUCKETS, tf.int32)
+    rows = tf.gather(buckets, tf.searchsorted(buckets, batch[None]))[0]
+    return tf.concat([source_ids, tf.repeat(source_ids[:1], rows - batch, axis=0)], axis=0)
 
 
 def run_weights(run_dir: Path) -> Path:

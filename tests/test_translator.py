@@ -56,6 +56,25 @@ def test_batches_decoded_in_slices_side_by_side_translate_the_same(translator):
         assert sliced.translate(SENTENCES, beam_size, extra_length=EXTRA) == expected
 
 
+def test_batch_sizes_share_the_search_traced_for_their_row_bucket(translator):
+    """Batches of 3, 4, 5 and 6 rows run the searches traced for 3, 4 and 6 rows (with
+    `jit_compile`, the programs compiled for them), and each row decodes as it does alone."""
+    fresh = Translator(translator.model, translator.tokenizer, slices=2)
+    source = pad_to_bucket([[5 + i, 6, 7, 2] for i in range(6)])
+    results = {rows: fresh.decode_ids(source[:rows], 2, extra_length=EXTRA) for rows in (3, 4, 5)}
+    results[6] = fresh.decode_ids(source, 2, extra_length=EXTRA)
+    assert fresh._decode.experimental_get_tracing_count() == 3
+    for rows, (ids, scores) in results.items():
+        assert ids.shape[0] == scores.shape[0] == rows
+    ids, scores = results[5]
+    for row in range(5):
+        alone_ids, alone_scores = fresh.decode_ids(source[row : row + 1], 2, extra_length=EXTRA)
+        width = alone_ids.shape[1]
+        np.testing.assert_array_equal(ids[row, :width], alone_ids[0])
+        assert not np.any(ids[row, width:])  # only PAD after the row's own hypothesis
+        np.testing.assert_allclose(scores[row], alone_scores[0], rtol=1e-5)
+
+
 def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
     long_line = " ".join(["dog"] * 60)
     with caplog.at_level(logging.WARNING):
