@@ -284,6 +284,8 @@ def _export(args):
 
     if args.jit_compile and args.format == "tflite":
         raise SystemExit("--jit-compile applies to SavedModel exports; LiteRT has no XLA")
+    if args.warmup_batch_sizes and not args.jit_compile:
+        raise SystemExit("--warmup-batch-sizes needs --jit-compile: only XLA compiles at warm-up")
     search = _search(args, _task(args.model).search)
     translator = _load_translator(args)
     if args.format == "tflite":
@@ -295,7 +297,9 @@ def _export(args):
             **search,
         )
     else:
-        path = export_saved_model(translator, args.output, search, args.jit_compile)
+        path = export_saved_model(
+            translator, args.output, search, args.jit_compile, args.warmup_batch_sizes or (1,)
+        )
     print(f"exported {path}")
 
 
@@ -423,6 +427,15 @@ def _add_decoding(commands):
         action="store_true",
         help="SavedModel: search with XLA, several times faster a request, compiled once per "
         "request shape; TF Serving needs --xla_cpu_compilation_enabled=true",
+    )
+    export.add_argument(
+        "--warmup-batch-sizes",
+        type=at_least(1),
+        nargs="+",
+        metavar="N",
+        help="with --jit-compile: the request sizes (sentences) the warm-up compiles at every "
+        "width when a server loads the export; default 1. Give a server's batch sizes, e.g. TF "
+        "Serving's allowed_batch_sizes: each adds a compilation a width to the load",
     )
     search = export.add_argument_group(
         "search of serving_default, or of the TFLite model (fixed at export)"

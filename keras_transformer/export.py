@@ -32,11 +32,12 @@ as one XLA program: on the project's 2-core CPU a one-sentence request takes 2.7
 settings, seconds each; the search pads a request's batch to a size in
 `translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
 `translator.LENGTH_BUCKET`, so a server compiles a bounded set of programs, not one per batch
-size and width. Such an export also holds
-TensorFlow Serving's warm-up requests (`WARMUP_REQUESTS`): one sentence at every padded width up
-to `WARMUP_MAX_WIDTH` with `serving_default`'s search, compiled when a server loads the version
-rather than on a user's request; larger batches compile on their first request (with TF
-Serving's batching, `allowed_batch_sizes` taken from `ROW_BUCKETS` meet the same programs).
+size and width. Such an export also holds TensorFlow Serving's warm-up requests
+(`WARMUP_REQUESTS`): one sentence (or each batch size asked for at export) at every padded width
+up to `WARMUP_MAX_WIDTH` with `serving_default`'s search, compiled when a server loads the
+version rather than on a user's request; other batches compile on their first request (with TF
+Serving's batching, `allowed_batch_sizes` taken from `ROW_BUCKETS` and warmed up at export meet
+the same programs).
 TensorFlow Serving runs such a model only when started with `--xla_cpu_compilation_enabled=true`.
 Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
 `FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
@@ -191,10 +192,11 @@ WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
 WARMUP_MAX_WIDTH = 64
 
 
-def warmup_requests(model_name, max_length, search) -> list:
-    """TensorFlow Serving warm-up records (`PredictionLog`s) for an export with XLA: one
-    `translate_ids` request with `search` per padded source width up to `WARMUP_MAX_WIDTH`, each
-    compiling the search that `serving_default` shares, then one `serving_default` request."""
+def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
+    """TensorFlow Serving warm-up records (`PredictionLog`s) for an export with XLA: a
+    `translate_ids` request with `search` per padded source width up to `WARMUP_MAX_WIDTH` and
+    batch size in `batch_sizes`, each compiling the search that `serving_default` shares (for
+    the size's row bucket), then one `serving_default` request."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     def record(signature_name, inputs):
@@ -208,28 +210,36 @@ def warmup_requests(model_name, max_length, search) -> list:
         )
 
     widest = min(WARMUP_MAX_WIDTH, max_length)
+    # The widths `pad_width_to_bucket` gives: multiples of the bucket, and a max_length that is
+    # no multiple (the padding stops at it: the positions end there).
+    widths = [min(w, widest) for w in range(LENGTH_BUCKET, widest + LENGTH_BUCKET, LENGTH_BUCKET)]
     records = [
         record(
             "translate_ids",
             {
                 # Any ids do (here unknown words): XLA compiles for the shape.
-                "source_ids": tf.constant([[UNK_ID] * (width - 1) + [EOS_ID]], tf.int32),
+                "source_ids": tf.constant([[UNK_ID] * (width - 1) + [EOS_ID]] * rows, tf.int32),
                 "beam_size": tf.constant(search["beam_size"], tf.int32),
                 "alpha": tf.constant(search["alpha"], tf.float32),
                 "extra_length": tf.constant(search["extra_length"], tf.int32),
             },
         )
-        for width in range(LENGTH_BUCKET, widest + 1, LENGTH_BUCKET)
+        for rows in batch_sizes
+        for width in widths
     ]
     return records + [record("serving_default", {"text": tf.constant(["Warm-up."])})]
 
 
-def export_saved_model(translator, base, search=None, jit_compile=False) -> Path:
+def export_saved_model(
+    translator, base, search=None, jit_compile=False, warmup_batch_sizes=(1,)
+) -> Path:
     """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
 
     `search` ({beam_size, alpha, extra_length}) is `serving_default`'s, §6.1's by default.
     `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
-    warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load.
+    warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load,
+    for requests of each of `warmup_batch_sizes` sentences (a server's batch sizes, from TF
+    Serving's `allowed_batch_sizes`, say; each costs a compilation a width at load).
     """
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
@@ -242,7 +252,10 @@ def export_saved_model(translator, base, search=None, jit_compile=False) -> Path
     tf.saved_model.save(module, str(staging), signatures=module.signatures())
     if jit_compile:
         requests = warmup_requests(
-            base.name, translator.model.config.max_length, module.default_search
+            base.name,
+            translator.model.config.max_length,
+            module.default_search,
+            warmup_batch_sizes,
         )
         (staging / WARMUP_REQUESTS).parent.mkdir()
         with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:

@@ -16,7 +16,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 from keras_transformer import cli
 from keras_transformer.decoding import SEARCH, beam_decode, greedy_decode
-from keras_transformer.export import WARMUP_REQUESTS, export_tflite, versions
+from keras_transformer.export import WARMUP_REQUESTS, export_tflite, versions, warmup_requests
 from keras_transformer.serving import ServedModel
 from keras_transformer.translator import load_run
 from pipelines.corpus import read_lines
@@ -155,6 +155,22 @@ def test_jit_export_warms_up_every_padded_width_with_the_default_search(exported
     assert widths == [(1, 8), (1, 16), (1, 24)]
     search = {k: tf.make_ndarray(requests[0].inputs[k]).item() for k in SEARCH}
     assert search == pytest.approx(SEARCH)
+
+
+def test_warmup_requests_cover_each_batch_size_asked_for_at_every_width():
+    logs = warmup_requests("m", max_length=20, search=SEARCH, batch_sizes=(1, 3))
+    shapes = [
+        tf.make_ndarray(log.predict_log.request.inputs["source_ids"]).shape for log in logs[:-1]
+    ]
+    assert shapes == [(1, 8), (1, 16), (1, 20), (3, 8), (3, 16), (3, 20)]
+    assert logs[-1].predict_log.request.model_spec.signature_name == "serving_default"
+
+
+def test_warmup_batch_sizes_need_jit_compile(run_dir, tmp_path):
+    arguments = ["--model", str(run_dir), "--output", str(tmp_path / "m")]
+    with pytest.raises(SystemExit, match="--warmup-batch-sizes needs --jit-compile"):
+        cli.main(["export", *arguments, "--warmup-batch-sizes", "1", "8"])
+    assert not (tmp_path / "m").exists()
 
 
 def test_served_model_runs_the_warmup_requests_at_load(exported, exported_jit, tmp_path):
