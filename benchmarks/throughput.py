@@ -59,7 +59,7 @@ def train_throughput(size: str, jit_compile: bool, steps: int) -> dict:
     clock = StepClock()
     total = 1 + common.WARMUP_STEPS + common.REPS * steps
     # One fit call timed at batch ends (separate fit calls wait on tf.data autotuning).
-    model.fit(dataset, epochs=1, steps_per_epoch=total, verbose=0, callbacks=[clock])
+    model.fit(dataset, epochs=1, steps_per_epoch=total, shuffle=False, verbose=0, callbacks=[clock])
     ends = clock.ends
     warm = ends[common.WARMUP_STEPS] - ends[0]
     times = [

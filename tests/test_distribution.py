@@ -32,7 +32,8 @@ def train_one_step(strategy, dataset):
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LabelSmoothedCrossEntropy(0.1))
     # An explicit step count, as the trainer uses: with per-replica datasets, Keras's probe for
     # the end of the data would otherwise run a partial step that pollutes the reported loss.
-    loss = model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0).history["loss"][0]
+    fit = model.fit(dataset, epochs=1, steps_per_epoch=1, shuffle=False, verbose=0)
+    loss = fit.history["loss"][0]
     return loss, model.get_weights()
 
 
