@@ -89,6 +89,7 @@ def _train(args):
         precision=args.precision,
         jit_compile=args.jit_compile,
         seed=args.seed,
+        subwords=args.subwords,
         deterministic=args.deterministic,
         log_every=args.log_every,
         bleu_every=args.bleu_every or None,
@@ -236,7 +237,10 @@ def _distill(args):
         with_references=not args.translations_only,
         **search,
     )
-    print(f"{args.output}: train --data-dir {args.output} trains on the distilled pairs")
+    print(
+        f"{args.output}: train --data-dir {args.output} --subwords {args.model / 'subwords.model'}"
+        " trains a student on the distilled pairs with the teacher's vocabulary"
+    )
 
 
 def _evaluation_name(translator, ensemble) -> str:
@@ -505,6 +509,13 @@ def _add_train(commands):
         "--lowercase",
         action="store_true",
         help="case-fold all text (in the vocabulary model); BLEU is then scored case-insensitively",
+    )
+    train.add_argument(
+        "--subwords",
+        type=Path,
+        metavar="FILE",
+        help="a subword model to use rather than learn one from the training split: a teacher "
+        "run's subwords.model for a student on distilled data, or one file for every worker",
     )
     train.add_argument("--batch-tokens", type=int, help="tokens per batch and side (§5.1)")
     train.add_argument("--max-steps", type=int)

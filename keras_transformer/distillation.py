@@ -17,7 +17,8 @@ Example:
 ```
 keras-transformer distill --model runs/teacher --ensemble runs/teacher2 \\
     --data-dir ../shared/data/multi30k --output runs/distilled-data --jit-compile
-keras-transformer train --preset multi30k --data-dir runs/distilled-data --output runs/student
+keras-transformer train --preset multi30k --data-dir runs/distilled-data \\
+    --subwords runs/teacher/subwords.model --output runs/student
 ```
 """
 

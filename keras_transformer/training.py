@@ -6,6 +6,7 @@ A run directory holds everything about one run:
                          training hyperparameters with --allow-training-changes)
     run.json             the data and run settings, and any training changes made on resume
     subwords.model       the shared subword vocabulary (§5.1), trained on the training split
+                         (or a copy of `--subwords`: a teacher's, say, or one for every worker)
     backup/              Keras BackupAndRestore state: resume after a crash or kill -9
     checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
     logs/                TensorBoard
@@ -22,6 +23,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -85,6 +87,7 @@ class TrainingRun:
     precision: str = "float32"
     jit_compile: bool = False
     seed: int | None = 1234
+    subwords: Path | None = None
     deterministic: bool = False
     log_every: int = 50
     bleu_every: int | None = 1000
@@ -93,6 +96,7 @@ class TrainingRun:
 
     def __post_init__(self):
         self.output, self.data_dir = Path(self.output), Path(self.data_dir)
+        self.subwords = Path(self.subwords) if self.subwords else None
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
         # Caught here, before anything is written: a 0 would otherwise divide by zero in a
@@ -162,6 +166,31 @@ DATA_FLAGS = {
     "target_language": "--tgt",
     "lowercase": "--lowercase",
 }
+
+
+def check_subwords(run: TrainingRun):
+    """Raises unless `run.subwords` (`train --subwords`) is a file, and the vocabulary the run
+    holds if it holds one: its weights index that one. Called before anything is written."""
+    held = run.output / "subwords.model"
+    if not run.subwords.is_file():
+        raise ConfigError(f"--subwords {run.subwords}: no such file")
+    if held.exists() and held.read_bytes() != run.subwords.read_bytes():
+        raise ConfigError(
+            f"--subwords {run.subwords} is not the vocabulary {held} this run began with, which "
+            "its weights index: resume without --subwords, or start a new run with another --output"
+        )
+
+
+def adopt_subwords(run: TrainingRun):
+    """Copies `run.subwords` into the run as its vocabulary, unless it holds it already, so that
+    the run uses it rather than learn one from its training split: a teacher's vocabulary for a
+    student on distilled data (which would otherwise count each source sentence twice), or one
+    file for every worker."""
+    from pipelines.corpus import write_atomically
+
+    held = run.output / "subwords.model"
+    if not held.exists():
+        write_atomically(held, lambda partial: shutil.copyfile(run.subwords, partial))
 
 
 def check_same_data(run_path: Path, saved_run: dict, run: TrainingRun):
@@ -251,8 +280,8 @@ def own_run(run: TrainingRun) -> TrainingRun:
     would collide at its first backup (HDF5 locks the file) and append each log line twice.
     Every other worker keeps a resumable run of its own in `workers/<name>/` inside it (backup,
     checkpoints, metrics, logs, final weights, and a vocabulary: SentencePiece learns the same
-    pieces from the same files, which `train` checks), and leaves BLEU to the chief: its
-    decoding is no collective, so the others need not run it.
+    pieces from the same files, which `train` checks, or `--subwords` gives each the same one),
+    and leaves BLEU to the chief: its decoding is no collective, so the others need not run it.
     """
     name = worker_name()
     if name is None:
@@ -447,6 +476,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "would stop each worker at its own step; bound the run with --max-steps"
         )
     run = own_run(run)
+    if run.subwords:
+        check_subwords(run)
     prepare_run_directory(run, config)
     configure_numerics(run)
     strategy = create_strategy(run.devices)
@@ -468,6 +499,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "micro-batches or --devices"
         )
     files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
+    if run.subwords:
+        adopt_subwords(run)
     tokenizer = load_or_train_tokenizer(
         run.output / "subwords.model",
         [*files["train"]],

@@ -80,26 +80,23 @@ def test_kill_9_then_rerun_resumes_from_the_last_backup(multi30k_slice, tmp_path
 
 
 def test_same_seed_same_losses(multi30k_slice, tmp_path):
-    """Two runs with one seed log the same losses, and no false alarm: Keras warned "Your input
-    ran out of data; interrupting training" after every first validation pass, and that it
+    """Two runs with one seed log the same losses, the second with the first's vocabulary
+    (`--subwords`, copied rather than learned again), and no false alarm: Keras warned "Your
+    input ran out of data; interrupting training" after every first validation pass, and that it
     ignores `shuffle=True` (the pipeline shuffles)."""
     losses = []
-    for name in ("a", "b"):
+    for name, adopted in (("a", ()), ("b", ("--subwords", str(tmp_path / "a" / "subwords.model")))):
         output = tmp_path / name
         result = run(
             train_command(
                 multi30k_slice,
                 output,
-                "--max-steps",
-                "6",
-                "--deterministic",
-                "--seed",
-                "7",
-                "--checkpoint-every",
-                "3",
+                *("--max-steps", "6", "--deterministic", "--seed", "7"),
+                *("--checkpoint-every", "3", *adopted),
             )
         )
         assert result.returncode == 0, result.stderr[-3000:]
+        assert ("training a bpe vocabulary" in result.stderr) != bool(adopted)
         assert "val_loss" in (output / "metrics.jsonl").read_text()
         for false_alarm in ("ran out of data", "shuffle=True"):
             assert false_alarm not in result.stderr + result.stdout
@@ -111,6 +108,8 @@ def test_same_seed_same_losses(multi30k_slice, tmp_path):
             ]
         )
     assert [r.get("loss") for r in losses[0]] == [r.get("loss") for r in losses[1]]
+    vocabularies = [(tmp_path / name / "subwords.model").read_bytes() for name in ("a", "b")]
+    assert vocabularies[0] == vocabularies[1]
 
 
 def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_path):
@@ -142,6 +141,13 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_
     assert "--allow-training-changes" in redropped
     reshaped = ("--set", "d_ff=64", "--allow-training-changes", "--set", "relu_dropout=0.2")
     assert "['d_ff'] fix the model" in refusal(multi30k_slice, output, *reshaped)
+    missing = refusal(multi30k_slice, output, "--subwords", str(tmp_path / "none.model"))
+    assert f"--subwords {tmp_path / 'none.model'}: no such file" in missing
+    other = tmp_path / "other.model"
+    other.write_bytes((output / "subwords.model").read_bytes() + b"\n")
+    relearned = refusal(multi30k_slice, output, "--subwords", str(other))
+    assert f"--subwords {other} is not the vocabulary" in relearned and "without" in relearned
+    assert json.loads((output / "run.json").read_text())["subwords"] is None
 
     # Larger batches and BPE-dropout from step 3 on, asked for: the run goes on from its
     # backup, and says so.
