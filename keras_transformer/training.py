@@ -153,9 +153,10 @@ def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
         logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
         training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
     config_path.write_text(config.to_json())
-    run_path.write_text(
-        json.dumps({**run.to_dict(), "training_changes": training_changes}, indent=2)
-    )
+    settings = run.to_dict()
+    # A resume without --subwords still holds the adopted vocabulary: keep where it came from.
+    settings["subwords"] = settings["subwords"] or saved_run.get("subwords")
+    run_path.write_text(json.dumps({**settings, "training_changes": training_changes}, indent=2))
 
 
 # The data a run's vocabulary and weights were trained on, with the flag that names it: a resume
@@ -169,8 +170,11 @@ DATA_FLAGS = {
 
 
 def check_subwords(run: TrainingRun):
-    """Raises unless `run.subwords` (`train --subwords`) is a file, and the vocabulary the run
-    holds if it holds one: its weights index that one. Called before anything is written."""
+    """Raises unless `run.subwords` (`train --subwords`) is the vocabulary the run holds, if it
+    holds one (its weights index that one), and a SentencePiece model of the dataset's kind and
+    the run's case folding. Called before anything is written."""
+    from pipelines import check_sentencepiece_model, vocabulary_kind
+
     held = run.output / "subwords.model"
     if not run.subwords.is_file():
         raise ConfigError(f"--subwords {run.subwords}: no such file")
@@ -179,6 +183,10 @@ def check_subwords(run: TrainingRun):
             f"--subwords {run.subwords} is not the vocabulary {held} this run began with, which "
             "its weights index: resume without --subwords, or start a new run with another --output"
         )
+    try:
+        check_sentencepiece_model(run.subwords, vocabulary_kind(run.dataset), run.lowercase)
+    except ValueError as error:
+        raise ConfigError(f"--subwords: {error}") from error
 
 
 def adopt_subwords(run: TrainingRun):

@@ -154,6 +154,36 @@ def _model_proto(model: bytes):
     return proto
 
 
+def check_sentencepiece_model(path, kind="bpe", lowercase=False):
+    """Raises ValueError naming `path` unless it is a SentencePiece model as
+    `train_sentencepiece(model_type=kind, lowercase=lowercase)` writes one: its type, its case
+    folding, and the special ids (PAD 0, BOS, EOS, UNK) that the pipelines and masks assume. For
+    a model made elsewhere (`train --subwords`), which would otherwise train silently wrong."""
+    from google.protobuf.message import DecodeError
+
+    path = Path(path)
+    try:
+        spec = _model_proto(path.read_bytes())
+    except DecodeError:
+        spec = None
+    if spec is None or not spec.pieces:
+        raise ValueError(f"{path} is not a SentencePiece model")
+    model_type = spec.trainer_spec.ModelType.Name(spec.trainer_spec.model_type).lower()
+    if model_type != kind:
+        raise ValueError(f"{path} is a {model_type} model, where this dataset needs {kind}")
+    if (spec.normalizer_spec.name == CASE_FOLDING_RULE) != lowercase:
+        folding = "lowercasing" if lowercase else "cased"
+        raise ValueError(f"{path} is not a {folding} model, as lowercase={lowercase} asks")
+    special = {
+        name: getattr(spec.trainer_spec, f"{name}_id") for name in ("pad", "bos", "eos", "unk")
+    }
+    expected = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID, "unk": UNK_ID}
+    if special != expected:
+        raise ValueError(
+            f"{path} has the special ids {special}, where the pipelines use {expected}"
+        )
+
+
 def _training_text(files) -> list[str]:
     return [line for path in files for line in read_lines(path) if line]
 

@@ -46,6 +46,15 @@ def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed,
     assert (tmp_path / "run" / "run.json").read_text() == saved
 
 
+def test_a_resume_without_subwords_keeps_where_the_adopted_vocabulary_came_from(tmp_path):
+    teacher = tmp_path / "teacher.model"
+    prepare_run_directory(make_run(tmp_path, subwords=teacher), CONFIG)
+    (tmp_path / "run" / "subwords.model").write_bytes(b"the teacher's vocabulary")
+    prepare_run_directory(make_run(tmp_path, max_steps=9), CONFIG)
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["subwords"] == str(teacher) and saved["max_steps"] == 9
+
+
 def test_a_run_that_failed_before_learning_anything_starts_again_as_corrected(tmp_path):
     prepare_run_directory(make_run(tmp_path, target_language="cs"), CONFIG)  # e.g. no such data
     prepare_run_directory(make_run(tmp_path), CONFIG.replace(d_ff=64))

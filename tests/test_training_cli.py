@@ -148,6 +148,10 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_
     relearned = refusal(multi30k_slice, output, "--subwords", str(other))
     assert f"--subwords {other} is not the vocabulary" in relearned and "without" in relearned
     assert json.loads((output / "run.json").read_text())["subwords"] is None
+    student = tmp_path / "student"
+    cased = ("--subwords", str(output / "subwords.model"), "--lowercase")
+    assert "is not a lowercasing model" in refusal(multi30k_slice, student, *cased)
+    assert not student.exists()
 
     # Larger batches and BPE-dropout from step 3 on, asked for: the run goes on from its
     # backup, and says so.

@@ -11,6 +11,7 @@ from pipelines import (
     PAD_ID,
     UNK_ID,
     SubwordTokenizer,
+    check_sentencepiece_model,
     train_sentencepiece,
     train_wordpiece,
 )
@@ -143,3 +144,26 @@ def test_subword_dropout_is_refused_for_models_without_merges(tmp_path, train_sl
         SubwordTokenizer(wordpiece, dropout=0.1)
     with pytest.raises(ValueError, match="subword dropout 1.0 must be in"):
         SubwordTokenizer(words, dropout=1.0)
+
+
+def test_a_sentencepiece_model_is_checked_for_type_case_folding_and_special_ids(
+    subword_model, tmp_path
+):
+    from sentencepiece import sentencepiece_model_pb2
+
+    check_sentencepiece_model(subword_model)  # BPE, cased, this project's ids: as trained
+    with pytest.raises(ValueError, match="is a bpe model, where this dataset needs word"):
+        check_sentencepiece_model(subword_model, kind="word")
+    with pytest.raises(ValueError, match="is not a lowercasing model, as lowercase=True asks"):
+        check_sentencepiece_model(subword_model, lowercase=True)
+    # SentencePiece's own defaults (UNK 0, BOS 1, EOS 2, no PAD) would mask the wrong id.
+    proto = sentencepiece_model_pb2.ModelProto.FromString(subword_model.read_bytes())
+    proto.trainer_spec.unk_id, proto.trainer_spec.pad_id = 0, -1
+    elsewhere = tmp_path / "elsewhere.model"
+    elsewhere.write_bytes(proto.SerializeToString())
+    with pytest.raises(ValueError, match=r"has the special ids \{'pad': -1, 'bos'"):
+        check_sentencepiece_model(elsewhere)
+    garbage = tmp_path / "garbage.model"
+    garbage.write_bytes(b"\x00not a model")
+    with pytest.raises(ValueError, match="garbage.model is not a SentencePiece model"):
+        check_sentencepiece_model(garbage)
