@@ -1,14 +1,20 @@
-"""Our figures against the best peer's, from one `compare_peers.sh` results file.
+"""Our figures against the best peer's, from `compare_peers.sh` results files.
 
-Prints the peers' own table (their `report.py`, which lists our record too) and then, for each
-figure, ours, the best peer's, the ratio and the target of issue 8, with how far a missed
-target is from being met. The targets compare like with like: our float32 records. Our
+For one file, prints the peers' own table (their `report.py`, which lists our record too) and
+then, for each figure, ours, the best peer's, the ratio and the target of issue 8, with how far a
+missed target is from being met. The targets compare like with like: our float32 records. Our
 mixed-precision records (`throughput.py --precision`) get rows of their own, without a target.
 
+For several files (runs), prints each run's ratios and then, per target, every run's ratio, their
+median and how many runs met it: on a shared machine a single run's ratio carries minutes of
+drift (benchmarks/RESULTS.md), so the spread over runs is what says whether a target holds.
+
     .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-<date>.jsonl
+    .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-2026-11-26T*.jsonl
 """
 
 import json
+import statistics
 import sys
 
 from workload import PEERS
@@ -80,12 +86,17 @@ def ratio_row(figure, size, ours, best, target):
     )
 
 
+def ours_and_best(records, size, key, field, only):
+    """Our last float32 value of a figure (or None) and `best_peer`'s."""
+    ours = [value(r, key, field) for r in records if is_ours(r, size)]
+    return (ours[-1] if ours else None), best_peer(records, size, key, field, only)
+
+
 def ratio_rows(records):
     rows = []
     for figure, size, key, field, only, target in FIGURES:
-        ours = [value(r, key, field) for r in records if is_ours(r, size)]
-        best = best_peer(records, size, key, field, only)
-        rows.append(ratio_row(figure, size, ours[-1] if ours else None, best, target))
+        ours, best = ours_and_best(records, size, key, field, only)
+        rows.append(ratio_row(figure, size, ours, best, target))
     mixed = [
         r for r in records if r.get("peer") == OURS and r.get("precision", "float32") != "float32"
     ]
@@ -106,14 +117,50 @@ def ratio_rows(records):
     return rows
 
 
-def main(path):
-    report.main(path)
-    records = [json.loads(line) for line in open(path) if line.strip()]
-    print()
+def summary_rows(runs):
+    """Per target figure over `runs` (each a list of records): every run's ratio in order, the
+    median, and in how many of the runs that measured it the target was met."""
+    rows = []
+    for figure, size, key, field, only, target in FIGURES:
+        if target is None:
+            continue
+        pairs = [ours_and_best(records, size, key, field, only) for records in runs]
+        ratios = [ours / best[0] for ours, best in pairs if ours and best]
+        if not ratios:
+            continue
+        met = sum(ratio >= target for ratio in ratios)
+        rows.append(
+            f"| {figure} | {size} | {', '.join(f'{r:.3f}' for r in ratios)} | "
+            f"{statistics.median(ratios):.3f}× | ≥ {target}× | {met} of {len(ratios)} |"
+        )
+    return rows
+
+
+def read_records(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def print_ratios(records):
     print("| figure | size | ours | best peer | ours / best | target | |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(ratio_rows(records)))
 
 
+def main(paths):
+    if len(paths) == 1:
+        report.main(paths[0])
+        print()
+        print_ratios(read_records(paths[0]))
+        return
+    runs = [read_records(path) for path in paths]
+    for path, records in zip(paths, runs, strict=True):
+        print(f"\n{path}\n")
+        print_ratios(records)
+    print(f"\nOver {len(paths)} runs, in the order given\n")
+    print("| figure | size | ours / best peer, each run | median | target | met in |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(summary_rows(runs)))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
