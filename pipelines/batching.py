@@ -12,6 +12,7 @@ is applied with `dataset.apply`.
 """
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import tensorflow as tf
@@ -50,9 +51,12 @@ def full_batches_per_pass(lengths, batch_tokens, max_length, boundaries=None):
     2
     """
     boundaries = boundaries or bucket_boundaries(max_length)
-    sizes = np.asarray(bucket_batch_sizes(boundaries, batch_tokens))
+    sizes = bucket_batch_sizes(boundaries, batch_tokens)
     buckets = np.searchsorted(boundaries, np.asarray(lengths), side="right")
-    return math.ceil(np.sum(1 / sizes[buckets]))
+    pairs = np.bincount(buckets, minlength=len(sizes))
+    # Exact fractions: a float sum of 1/size per pair can land just above a whole number of
+    # batches and round up to one batch too many.
+    return math.ceil(sum(Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)))
 
 
 def filter_max_length(max_length):

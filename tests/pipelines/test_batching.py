@@ -171,6 +171,11 @@ def test_an_epoch_is_the_full_batches_that_carry_one_pass(train_slice, tokenizer
     assert epoch < count_batches(dataset(repeat=False))
 
 
+def test_an_epoch_of_whole_batches_is_counted_exactly():
+    """27 pairs in batches of 3 are 9 batches: a float sum of 27 thirds rounds up to 10."""
+    assert full_batches_per_pass([9] * 27, 48, max_length=16, boundaries=[5, 17]) == 9
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_fitted_buckets_pad_least_among_all_choices(seed):
     lengths = np.random.default_rng(seed).integers(1, 13, size=40)
