@@ -219,6 +219,7 @@ def _evaluate(args):
 
 def _distill(args):
     from keras_transformer.distillation import distill_data_dir
+    from keras_transformer.training import SUBWORDS_FILE
 
     _, _, data_dir, files = _run_corpus(args)
     if args.output.resolve() == data_dir.resolve():
@@ -238,7 +239,7 @@ def _distill(args):
         **search,
     )
     print(
-        f"{args.output}: train --data-dir {args.output} --subwords {args.model / 'subwords.model'}"
+        f"{args.output}: train --data-dir {args.output} --subwords {args.model / SUBWORDS_FILE}"
         " trains a student on the distilled pairs with the teacher's vocabulary"
     )
 

@@ -129,8 +129,10 @@ class TrainingRun:
         }
 
 
+# The run's vocabulary, in the run directory: `train` writes it, `translate` and `export` read it.
+SUBWORDS_FILE = "subwords.model"
 # What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
-TRAINED_STATE = ("subwords.model", "backup", "checkpoints", "model.weights.h5")
+TRAINED_STATE = (SUBWORDS_FILE, "backup", "checkpoints", "model.weights.h5")
 
 
 def prepare_run_directory(run: TrainingRun, config: TransformerConfig):
@@ -175,7 +177,7 @@ def check_subwords(run: TrainingRun):
     the run's case folding. Called before anything is written."""
     from pipelines import check_sentencepiece_model, vocabulary_kind
 
-    held = run.output / "subwords.model"
+    held = run.output / SUBWORDS_FILE
     if not run.subwords.is_file():
         raise ConfigError(f"--subwords {run.subwords}: no such file")
     if held.exists() and held.read_bytes() != run.subwords.read_bytes():
@@ -196,7 +198,7 @@ def adopt_subwords(run: TrainingRun):
     file for every worker."""
     from pipelines.corpus import write_atomically
 
-    held = run.output / "subwords.model"
+    held = run.output / SUBWORDS_FILE
     if not held.exists():
         write_atomically(held, lambda partial: shutil.copyfile(run.subwords, partial))
 
@@ -510,7 +512,7 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     if run.subwords:
         adopt_subwords(run)
     tokenizer = load_or_train_tokenizer(
-        run.output / "subwords.model",
+        run.output / SUBWORDS_FILE,
         [*files["train"]],
         config.vocab_size,
         kind=vocabulary_kind(run.dataset),

@@ -37,6 +37,7 @@ from keras_transformer.decoding import (
     decode_side_by_side,
 )
 from keras_transformer.ensemble import Ensemble
+from keras_transformer.training import SUBWORDS_FILE
 from keras_transformer.transformer import Transformer
 from keras_transformer.tree_constraint import WellFormedTrees
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
@@ -211,7 +212,7 @@ def load_run(
     """
     run_dir = Path(run_dir)
     model, weights = _load_model(run_dir, weights)
-    tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    tokenizer = SubwordTokenizer(run_dir / SUBWORDS_FILE)
     if ensemble:
         pieces = tokenizer.pieces(range(tokenizer.vocab_size))  # each member's must equal them
         members = [_load_member(tokenizer, pieces, Path(path)) for path in ensemble]
@@ -248,7 +249,7 @@ def _load_member(tokenizer, pieces, path: Path) -> Transformer:
     if run_dir is None:
         raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
     weights = None if path.is_dir() else path
-    own = SubwordTokenizer(run_dir / "subwords.model")
+    own = SubwordTokenizer(run_dir / SUBWORDS_FILE)
     theirs = own.pieces(range(own.vocab_size))
     if theirs != pieces or own.lowercase != tokenizer.lowercase:
         pairs = enumerate(zip(theirs, pieces, strict=False))  # lengths may differ
