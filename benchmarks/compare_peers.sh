@@ -2,14 +2,15 @@
 # Ours against the peers users would pick instead (../shared/peers), one after another in one
 # run on this machine: matmul ceilings, keras-transformer, the tensorflow.org-tutorial-style
 # Keras model and keras-hub (both with XLA, their faster mode), and PyTorch nn.Transformer
-# (eager, its faster mode), each on `small` and `base`. Then prints the peers' table and our
-# ratio to the best peer for each figure (benchmarks/peer_ratios.py). On a CPU with bfloat16
-# units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also trained in
-# mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32. Elsewhere
-# that row is skipped: emulated, bfloat16 trained 6-10x slower than float32 on an AVX2 EPYC
-# (benchmarks/RESULTS.md). BF16=yes or BF16=no overrides the check.
+# (eager, its faster mode), each on `small` and `base`, and the tutorial-style model again with
+# its dropout on (benchmarks/tutorial_dropout_on.py: as shipped it trains without). Then prints
+# the peers' table and our ratio to the best peer for each figure (benchmarks/peer_ratios.py).
+# On a CPU with bfloat16 units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also
+# trained in mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32.
+# Elsewhere that row is skipped: emulated, bfloat16 trained 6-10x slower than float32 on an AVX2
+# EPYC (benchmarks/RESULTS.md). BF16=yes or BF16=no overrides the check.
 #
-#   benchmarks/compare_peers.sh [results.jsonl]      # about 30 minutes on 2 cores
+#   benchmarks/compare_peers.sh [results.jsonl]      # about 25 minutes on 2 cores
 #
 # The peers run in their own virtual environments (benchmarks/peer_venvs.sh). SIZES="small"
 # runs only the small workload.
@@ -41,6 +42,8 @@ for size in $SIZES; do
         run "$PYTHON" benchmarks/throughput.py --size "$size" --precision mixed_bfloat16 --no-jit
     fi
     run "$PYTHON" "$PEERS/tf_tutorial_style.py" --size "$size" --jit
+    # As shipped it trains with its dropout off (Keras 3); this row has it on.
+    run "$PYTHON" benchmarks/tutorial_dropout_on.py --size "$size" --jit --no-decode
     run "$HUB_VENV/bin/python" "$PEERS/keras_hub_peer.py" --size "$size" --jit
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
 done

@@ -14,6 +14,7 @@ change with `throughput.py`, not with this.
     .venv/bin/python benchmarks/profile_step.py --decode greedy [--steps 4]   # `small`, batch 32
     .venv/bin/python benchmarks/profile_step.py --decode greedy --decode-batch 16 --slices 1 \
         --intra-op-threads 1          # one slice of the batch alone on one core
+    .venv/bin/python benchmarks/profile_step.py --size small --peer tutorial   # the peer's step
 """
 
 import argparse
@@ -64,6 +65,34 @@ def training_step(size):
     return lambda: model.train_on_batch(*next(batches))
 
 
+def tutorial_training_step(size):
+    """One training step a call of the tensorflow.org tutorial-style peer
+    (`../shared/peers/tf_tutorial_style.py`), compiled as its benchmark compiles it, with XLA."""
+    import keras
+    from workload import common  # puts the peers' directory on the import path
+
+    # isort: split
+    import keras_common
+    import tf_tutorial_style
+
+    keras.utils.set_random_seed(common.SEED)
+    sizes = common.SIZES[size]
+    model = tf_tutorial_style.Transformer(
+        enc_layers=sizes["enc_layers"],
+        dec_layers=sizes["dec_layers"],
+        d_model=sizes["d_model"],
+        num_heads=sizes["heads"],
+        dff=sizes["d_ff"],
+        vocab_size=common.VOCAB,
+        dropout_rate=common.DROPOUT,
+    )
+    model.compile(
+        optimizer=keras_common.adam(), loss=keras_common.smoothed_sparse_ce, jit_compile=True
+    )
+    (source, target_in), labels = next(iter(keras_common.train_dataset()))
+    return lambda: model.train_on_batch((source, target_in), labels)
+
+
 def decoding_call(search, batch, slices):
     """One cached decode of the peers' decoding batch (or its first `batch` sentences) a call,
     in `slices` decoded side by side (default: one per core), with the `small` model."""
@@ -92,6 +121,9 @@ def main():
     parser.add_argument("--decode-batch", type=int, help="sentences decoded a call (default 32)")
     parser.add_argument("--slices", type=int, help="slices side by side (default: one per core)")
     parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
+    parser.add_argument(
+        "--peer", choices=["tutorial"], help="profile this peer's training step instead of ours"
+    )
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = xla_flags(args.dump)
 
@@ -101,6 +133,8 @@ def main():
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.decode:
         step = decoding_call(args.decode, args.decode_batch, args.slices)
+    elif args.peer:
+        step = tutorial_training_step(args.size)
     else:
         step = training_step(args.size)
     for _ in range(3):  # compile and warm up
@@ -113,7 +147,7 @@ def main():
     step_ms = 1000 * (time.perf_counter() - start) / args.steps
     tf.profiler.experimental.stop()
 
-    what = f"decode {args.decode}" if args.decode else args.size
+    what = f"decode {args.decode}" if args.decode else f"{args.peer or 'ours'} {args.size}"
     summary = f"{what}: {args.steps} steps of {step_ms:.0f} ms, profile in {logdir}"
     print(summary, file=sys.stderr)
     print(f"{'event':<48} {'ms/step':>9}")
