@@ -14,7 +14,7 @@ change with `throughput.py`, not with this.
     .venv/bin/python benchmarks/profile_step.py --decode greedy [--steps 4]   # `small`, batch 32
     .venv/bin/python benchmarks/profile_step.py --decode greedy --decode-batch 16 --slices 1 \
         --intra-op-threads 1          # one slice of the batch alone on one core
-    .venv/bin/python benchmarks/profile_step.py --size small --peer tutorial   # the peer's step
+    .venv/bin/python benchmarks/profile_step.py --size small --peer tutorial[-dropout-on]
 """
 
 import argparse
@@ -65,19 +65,23 @@ def training_step(size):
     return lambda: model.train_on_batch(*next(batches))
 
 
-def tutorial_training_step(size):
+def tutorial_training_step(size, dropout_on):
     """One training step a call of the tensorflow.org tutorial-style peer
-    (`../shared/peers/tf_tutorial_style.py`), compiled as its benchmark compiles it, with XLA."""
+    (`../shared/peers/tf_tutorial_style.py`), compiled as its benchmark compiles it, with XLA:
+    as shipped (no dropout under Keras 3), or with its dropout on as `tutorial_dropout_on.py`
+    runs it."""
     import keras
     from workload import common  # puts the peers' directory on the import path
 
     # isort: split
     import keras_common
     import tf_tutorial_style
+    from tutorial_dropout_on import TransformerTrainedWithDropout
 
     keras.utils.set_random_seed(common.SEED)
     sizes = common.SIZES[size]
-    model = tf_tutorial_style.Transformer(
+    peer_model = TransformerTrainedWithDropout if dropout_on else tf_tutorial_style.Transformer
+    model = peer_model(
         enc_layers=sizes["enc_layers"],
         dec_layers=sizes["dec_layers"],
         d_model=sizes["d_model"],
@@ -122,7 +126,9 @@ def main():
     parser.add_argument("--slices", type=int, help="slices side by side (default: one per core)")
     parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
     parser.add_argument(
-        "--peer", choices=["tutorial"], help="profile this peer's training step instead of ours"
+        "--peer",
+        choices=["tutorial", "tutorial-dropout-on"],
+        help="profile this peer's training step instead of ours",
     )
     args = parser.parse_args()
     os.environ["XLA_FLAGS"] = xla_flags(args.dump)
@@ -134,7 +140,7 @@ def main():
     if args.decode:
         step = decoding_call(args.decode, args.decode_batch, args.slices)
     elif args.peer:
-        step = tutorial_training_step(args.size)
+        step = tutorial_training_step(args.size, dropout_on=args.peer == "tutorial-dropout-on")
     else:
         step = training_step(args.size)
     for _ in range(3):  # compile and warm up
