@@ -24,6 +24,8 @@ PEER_VARIANT_SUFFIX = ", dropout on"
 
 
 class TransformerTrainedWithDropout(tf_tutorial_style.Transformer):
+    """The peer's model with a `call` that Keras 3's `fit` passes `training=True`."""
+
     def call(self, inputs, training=None):
         return super().call(inputs)
 
