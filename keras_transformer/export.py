@@ -67,7 +67,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_transformer.decoding import ALPHA, BEAM_SIZE, EXTRA_LENGTH, SEARCH, best_hypotheses
-from keras_transformer.translator import LENGTH_BUCKET, pad_rows_to_bucket
+from keras_transformer.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
@@ -176,9 +176,8 @@ def versions(base) -> list[int]:
 
 
 def pad_width_to_bucket(source_ids, bucket, limit):
-    """Source ids `[batch, width]` with PAD columns up to a multiple of `bucket`, but not past
-    `limit` (the model's `max_length`) unless already wider: `translator.pad_to_bucket` in the
-    graph."""
+    """Source ids `[batch, width]` with PAD columns up to `translator.bucketed_width(width,
+    bucket, limit)`: `translator.pad_to_bucket` in the graph."""
     width = tf.shape(source_ids)[1]
     rounded = -(-width // bucket) * bucket
     target = tf.maximum(tf.minimum(rounded, limit), width)
@@ -209,10 +208,9 @@ def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
             predict_log=prediction_log_pb2.PredictLog(request=request)
         )
 
+    # Every width `pad_width_to_bucket` gives a request up to the widest warmed up.
     widest = min(WARMUP_MAX_WIDTH, max_length)
-    # The widths `pad_width_to_bucket` gives: multiples of the bucket, and a max_length that is
-    # no multiple (the padding stops at it: the positions end there).
-    widths = [min(w, widest) for w in range(LENGTH_BUCKET, widest + LENGTH_BUCKET, LENGTH_BUCKET)]
+    widths = sorted({bucketed_width(n, LENGTH_BUCKET, max_length) for n in range(1, widest + 1)})
     records = [
         record(
             "translate_ids",

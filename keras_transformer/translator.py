@@ -158,13 +158,16 @@ class Translator:
         return outputs
 
 
-def pad_to_bucket(rows, bucket=LENGTH_BUCKET, limit=None):
-    """Lists of ids → int32 `[batch, length]`, length rounded up to a multiple of `bucket` but
-    not past `limit` (a model's `max_length`: its positions end there) unless a row is longer."""
-    longest = max(map(len, rows))
+def bucketed_width(longest, bucket=LENGTH_BUCKET, limit=None):
+    """`longest` rounded up to a multiple of `bucket`, but not past `limit` (a model's
+    `max_length`: its positions end there) unless `longest` is itself wider."""
     width = -(-longest // bucket) * bucket
-    if limit is not None:
-        width = max(min(width, limit), longest)
+    return width if limit is None else max(min(width, limit), longest)
+
+
+def pad_to_bucket(rows, bucket=LENGTH_BUCKET, limit=None):
+    """Lists of ids → int32 `[batch, length]`, length `bucketed_width` of the longest row."""
+    width = bucketed_width(max(map(len, rows)), bucket, limit)
     padded = np.full((len(rows), width), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         padded[i, : len(row)] = row
