@@ -612,9 +612,21 @@ def _user_errors():
     return ConfigError, CorpusError, CheckpointError
 
 
+def _quiet_tensorflow_info():
+    """Keeps TensorFlow's and absl's INFO records out of the log; their warnings stay.
+
+    They are TensorFlow's notes to itself, and long: at each export, absl's logger lists every
+    captured tensor of a signature it renames, thousands of characters a signature, and
+    TensorFlow's own logger prints its records twice (its handler and ours).
+    """
+    for name in ("absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    _quiet_tensorflow_info()
     try:
         args.handler(args)
     except _user_errors() as error:  # evaluated only once something is raised: no import cost

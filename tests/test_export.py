@@ -2,6 +2,7 @@
 beam search when loaded by a process that has none of this project's code."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -61,6 +62,16 @@ def test_a_new_export_takes_the_next_version(exported, run_dir, tmp_path):
     shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
     cli.main(["export", "--model", str(run_dir), "--output", str(base)])
     assert versions(base) == [1, 2]
+
+
+def test_export_logs_no_tensorflow_info(run_dir, tmp_path, caplog):
+    """TensorFlow's INFO records at a SavedModel export (absl lists every renamed captured
+    tensor, thousands of characters a signature) stay out of the command's log."""
+    caplog.set_level(logging.INFO)
+    cli.main(["export", "--model", str(run_dir), "--output", str(tmp_path / "quiet")])
+    chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
+    assert not chatter, [r.getMessage()[:200] for r in chatter]
+    assert any(r.name == "keras_transformer.export" for r in caplog.records)
 
 
 def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
