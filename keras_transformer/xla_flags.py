@@ -5,7 +5,8 @@ the loss: all but the matrix products, which Eigen and YNNPACK compute) with 256
 default, AVX-512 or not. At 512 bits those fusions took 16-31% less thread time in the peers'
 `small` and `base` training steps on an AMD EPYC with AVX-512, 4-10% of a step
 (benchmarks/RESULTS.md, 2026-11-26). Where the CPU has no 512-bit vectors the preference
-changes nothing; the matrix products do not depend on it.
+changes nothing (XLA emits the same vectors, checked on an AVX2 EPYC); the matrix products do not
+depend on it.
 
 XLA reads `XLA_FLAGS` once, at the first compilation in a process, so the package sets it on
 import. A width already in `XLA_FLAGS` is kept, and a process that compiled with XLA before
