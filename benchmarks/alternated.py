@@ -1,0 +1,153 @@
+"""Ours and the Keras peers alternated round by round in one process: ratios without the drift.
+
+`compare_peers.sh` runs every program in a process of its own, one after another, so each
+figure is taken minutes after the one it is compared with, and this shared machine's speed moves
+by a fifth or more between minutes (benchmarks/RESULTS.md). Here each round times every
+program once, the order rotated from round to round, and each round gives ours / peer: the
+machine's state then weighs on both sides of every ratio alike, and the spread of the rounds'
+ratios says how far the comparison holds.
+
+The Keras peers are the tensorflow.org tutorial-style model (as shipped, and with its dropout on
+as `tutorial_dropout_on.py` runs it) and keras-hub, each built and compiled as its own script
+does (`../shared/peers/`); PyTorch cannot share the process. Run it with the keras-hub virtual
+environment (`benchmarks/peer_venvs.sh`), which holds our pinned TensorFlow, Keras and
+tensorflow-text beside keras-hub:
+
+    /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py decode [--rounds 12] [--out F]
+    /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py train --size small [--rounds 8]
+
+`decode` is cached greedy decoding of the peers' batch (32 sentences, 24 new tokens), ours
+against keras-hub's, 3 calls a round; `train` is the peers' training step on their batch, with
+XLA, `--steps` a round. Prints one table and appends one JSON line to `--out`.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for this venv
+from profile_step import decoding_call, training_step, tutorial_training_step  # noqa: E402
+from workload import common  # noqa: E402
+
+# isort: split
+import keras  # noqa: E402
+import keras_common  # noqa: E402  (the peers' Keras helpers)
+import keras_hub_peer  # noqa: E402
+
+OURS = "keras_transformer"
+
+
+def keras_hub_decoding_call():
+    """One greedy decode of the peers' batch a call, as `keras_hub_peer.py` decodes it."""
+    keras.utils.set_random_seed(common.SEED)
+    _, parts = keras_hub_peer.build(common.SIZES["small"])
+    generate = keras_hub_peer.make_generate(parts, common.DEC_NEW_TOKENS, jit=True)
+    source = keras.ops.convert_to_tensor(common.decode_batch().astype("int32"))
+    return lambda: generate(source).numpy()
+
+
+def keras_hub_training_step(size):
+    """One training step a call of keras-hub's model, compiled as `keras_common.bench_fit` does."""
+    keras.utils.set_random_seed(common.SEED)
+    model, _ = keras_hub_peer.build(common.SIZES[size])
+    model.compile(
+        optimizer=keras_common.adam(), loss=keras_common.smoothed_sparse_ce, jit_compile=True
+    )
+    (source, target_in), labels = next(iter(keras_common.train_dataset()))
+    return lambda: model.train_on_batch((source, target_in), labels)
+
+
+def programs(what, size):
+    """{name: call} for one comparison, ours first."""
+    if what == "decode":
+        return {OURS: decoding_call("greedy", None, None), "keras_hub": keras_hub_decoding_call()}
+    return {
+        OURS: training_step(size),
+        "tf_tutorial_style": tutorial_training_step(size, dropout_on=False),
+        "tf_tutorial_style, dropout on": tutorial_training_step(size, dropout_on=True),
+        "keras_hub": keras_hub_training_step(size),
+    }
+
+
+def alternate(calls, rounds, repeats):
+    """Seconds a call of each program in each round, the starting program rotated every round."""
+    names = list(calls)
+    for call in calls.values():
+        for _ in range(3):  # compile and warm up, as the peers' protocol does
+            call()
+    seconds = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                calls[name]()
+            seconds[name].append((time.perf_counter() - start) / repeats)
+    return seconds
+
+
+def summary(what, size, seconds, repeats):
+    tokens = common.DEC_TOKENS_PER_CALL if what == "decode" else common.TOKENS_PER_STEP
+    record = {
+        "what": what,
+        "size": size,
+        "rounds": len(seconds[OURS]),
+        "calls_per_round": repeats,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "programs": {},
+    }
+    for name, times in seconds.items():
+        entry = {
+            "seconds": [round(t, 4) for t in times],
+            "tokens_per_s": round(tokens / statistics.median(times), 1),
+        }
+        if name != OURS:
+            # ours / peer in tokens/s, round by round: the peer's seconds over ours.
+            ratios = [peer / ours for peer, ours in zip(times, seconds[OURS], strict=True)]
+            entry["ours_over_peer"] = {
+                "median": round(statistics.median(ratios), 3),
+                "min": round(min(ratios), 3),
+                "max": round(max(ratios), 3),
+            }
+        record["programs"][name] = entry
+    return record
+
+
+def print_table(record):
+    figure = "greedy decoding (cached)" if record["what"] == "decode" else "training"
+    print(
+        f"\n{figure}, {record['size']}: {record['rounds']} rounds of {record['calls_per_round']} "
+        "calls, alternated in one process\n"
+    )
+    print("| program | tokens/s (median) | ours / it, round by round: median (min–max) |")
+    print("|---|---|---|")
+    for name, entry in record["programs"].items():
+        ratio = entry.get("ours_over_peer")
+        spread = f"{ratio['median']:.3f}× ({ratio['min']:.3f}–{ratio['max']:.3f})" if ratio else ""
+        print(f"| {name} | {entry['tokens_per_s']:.0f} | {spread} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["decode", "train"])
+    parser.add_argument("--size", choices=sorted(common.SIZES), default="small")
+    parser.add_argument("--rounds", type=int, default=None, help="default: 12 decode, 8 train")
+    parser.add_argument("--steps", type=int, default=5, help="training steps a round")
+    parser.add_argument("--out", help="append the JSON record to this file")
+    args = parser.parse_args()
+    if args.what == "decode" and args.size != "small":
+        parser.error("the peers decode with the small model only")
+    rounds = args.rounds or (12 if args.what == "decode" else 8)
+    repeats = common.DEC_CALLS_PER_REP if args.what == "decode" else args.steps
+    seconds = alternate(programs(args.what, args.size), rounds, repeats)
+    record = summary(args.what, args.size, seconds, repeats)
+    print_table(record)
+    if args.out:
+        with open(args.out, "a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
