@@ -29,12 +29,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for this venv
-from profile_step import decoding_call, training_step, tutorial_training_step  # noqa: E402
+from profile_step import (  # noqa: E402
+    decoding_call,
+    keras_peer_training_step,
+    training_step,
+    tutorial_training_step,
+)
 from workload import common  # noqa: E402
 
 # isort: split
 import keras  # noqa: E402
-import keras_common  # noqa: E402  (the peers' Keras helpers)
 import keras_hub_peer  # noqa: E402
 
 OURS = "keras_transformer"
@@ -53,11 +57,7 @@ def keras_hub_training_step(size):
     """One training step a call of keras-hub's model, compiled as `keras_common.bench_fit` does."""
     keras.utils.set_random_seed(common.SEED)
     model, _ = keras_hub_peer.build(common.SIZES[size])
-    model.compile(
-        optimizer=keras_common.adam(), loss=keras_common.smoothed_sparse_ce, jit_compile=True
-    )
-    (source, target_in), labels = next(iter(keras_common.train_dataset()))
-    return lambda: model.train_on_batch((source, target_in), labels)
+    return keras_peer_training_step(model)
 
 
 def programs(what, size):

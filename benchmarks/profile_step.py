@@ -74,7 +74,6 @@ def tutorial_training_step(size, dropout_on):
     from workload import common  # puts the peers' directory on the import path
 
     # isort: split
-    import keras_common
     import tf_tutorial_style
     from tutorial_dropout_on import TransformerTrainedWithDropout
 
@@ -90,6 +89,14 @@ def tutorial_training_step(size, dropout_on):
         vocab_size=common.VOCAB,
         dropout_rate=common.DROPOUT,
     )
+    return keras_peer_training_step(model)
+
+
+def keras_peer_training_step(model):
+    """One training step a call of a Keras peer's model on the peers' batch, compiled as their
+    `keras_common.bench_fit` compiles it (their Adam and smoothed loss), with XLA."""
+    import keras_common  # the peers' Keras helpers (their directory is on the import path)
+
     model.compile(
         optimizer=keras_common.adam(), loss=keras_common.smoothed_sparse_ce, jit_compile=True
     )
