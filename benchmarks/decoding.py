@@ -24,7 +24,12 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from workload import common, workload_config
+from workload import (
+    add_intra_op_threads_option,
+    common,
+    set_intra_op_threads,
+    workload_config,
+)
 
 from keras_transformer import Transformer
 from keras_transformer.decoding import (
@@ -85,6 +90,8 @@ def measure(model, batch, beam_size, cached, jit_compile, slices=None) -> dict:
         "slices": side_by_side_slices(batch, slices),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "warmup_s": round(warm, 2),
+        "calls_per_rep": common.DEC_CALLS_PER_REP,
+        "rep_seconds": [round(seconds, 4) for seconds in times],
         "call_s_median": round(median, 4),
         "sentences_per_s": round(batch / median, 1),
         "generated_tokens_per_s": round(generated[-1] / median, 1),
@@ -101,12 +108,11 @@ def main():
     parser.add_argument(
         "--slices", type=int, help="slices of a batch decoded side by side (default: one per core)"
     )
-    parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
+    add_intra_op_threads_option(parser)
     parser.add_argument("--out", help="append the JSON lines to this file")
     args = parser.parse_args()
 
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    set_intra_op_threads(args)
     tf.keras.utils.set_random_seed(common.SEED)
     model = Transformer(workload_config("small"))
     for batch in args.batches:

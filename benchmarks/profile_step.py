@@ -121,6 +121,9 @@ def decoding_call(search, batch, slices):
 
 
 def main():
+    # XLA reads XLA_FLAGS at its first compilation, so importing TensorFlow here is early enough.
+    from workload import add_intra_op_threads_option, set_intra_op_threads
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="small")
     parser.add_argument("--steps", type=int, default=4, help="profiled steps")
@@ -131,7 +134,7 @@ def main():
     )
     parser.add_argument("--decode-batch", type=int, help="sentences decoded a call (default 32)")
     parser.add_argument("--slices", type=int, help="slices side by side (default: one per core)")
-    parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
+    add_intra_op_threads_option(parser)
     parser.add_argument(
         "--peer",
         choices=["tutorial", "tutorial-dropout-on"],
@@ -142,8 +145,7 @@ def main():
 
     import tensorflow as tf
 
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    set_intra_op_threads(args)
     if args.decode:
         step = decoding_call(args.decode, args.decode_batch, args.slices)
     elif args.peer:

@@ -21,7 +21,13 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import TransformerConfig  # noqa: E402
 
-__all__ = ["common", "matmul_ceiling_gflops", "workload_config"]
+__all__ = [
+    "add_intra_op_threads_option",
+    "common",
+    "matmul_ceiling_gflops",
+    "set_intra_op_threads",
+    "workload_config",
+]
 
 
 def workload_config(size: str) -> TransformerConfig:
@@ -37,6 +43,17 @@ def workload_config(size: str) -> TransformerConfig:
         residual_dropout=common.DROPOUT,
         label_smoothing=common.LABEL_SMOOTHING,
     )
+
+
+def add_intra_op_threads_option(parser):
+    """`--intra-op-threads N`: TensorFlow's intra-op threads (each XLA program's too); apply it
+    with `set_intra_op_threads` before the first operation runs."""
+    parser.add_argument("--intra-op-threads", type=int, help="TensorFlow's intra-op threads")
+
+
+def set_intra_op_threads(args):
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
 
 
 def matmul_ceiling_gflops(n=2048, repeats=10, dtype=tf.float32, jit_compile=True) -> float:
