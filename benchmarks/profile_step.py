@@ -121,7 +121,8 @@ def decoding_call(search, batch, slices):
 
 
 def main():
-    # XLA reads XLA_FLAGS at its first compilation, so importing TensorFlow here is early enough.
+    # This loads TensorFlow before XLA_FLAGS is set below, which is still in time: XLA reads
+    # XLA_FLAGS at its first compilation.
     from workload import add_intra_op_threads_option, set_intra_op_threads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
