@@ -16,6 +16,11 @@ tensorflow-text beside keras-hub:
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py decode [--rounds 12] [--out F]
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py train --size small [--rounds 8]
 
+Every program here shares the process, and with it the CPU allocator that importing our package
+sets (`keras_transformer/cpu_allocator.py`; run as shipped, the Keras peers keep TensorFlow's
+default, `malloc`, which maps their large tensors afresh every step): these ratios compare the
+steps on equal memory, `compare_peers.sh` the programs as a user gets them.
+
 `decode` is cached greedy decoding of the peers' batch (32 sentences, 24 new tokens), ours
 against keras-hub's, 3 calls a round; `train` is the peers' training step on their batch, with
 XLA, `--steps` a round. Prints one table and appends one JSON line to `--out`.

@@ -1,16 +1,16 @@
 """TensorFlow's CPU memory kept for reuse between training steps.
 
-By default TensorFlow takes CPU memory from the C library's `malloc`, which maps a large block
-from the kernel when it is asked for and unmaps it when freed. A training step frees its large
-tensors (the logits and their gradient, XLA's temporaries) and the next step maps them afresh,
-so the kernel zeroes every page again at its first touch: about 86,000 page faults a step of the
-peers' `small` workload (some 340 MB) and 253,000 for `base`, a sixth of the step's CPU time
+By default TensorFlow takes CPU memory from the C library's `malloc`, which maps a large block from
+the kernel when it is asked for and unmaps it when freed. A training step frees its large tensors
+(`small`'s 49 MB of logits among them) and the next step maps them afresh, so the kernel zeroes
+every page again at its first touch: about 86,000 page faults a step of the peers' `small` workload
+(336 MiB) and 253,000 for `base`, with a sixth of a `small` step's CPU time (a tenth of `base`'s)
 spent in the kernel. TensorFlow's best-fit-with-coalescing allocator, the one it uses for GPU
 memory, keeps what it has mapped and hands it out again; `TF_CPU_ALLOCATOR_USE_BFC` makes it
-TensorFlow's CPU allocator too. With it the steps took no page faults, `small` trained 10-30%
-faster, `base` 6-14% and the step without XLA 10-20%, for 2-3% more peak resident memory;
-greedy and beam decoding, which free nothing that large, did not change
-(benchmarks/RESULTS.md, 2026-11-27 11:00 UTC).
+TensorFlow's CPU allocator too. With it the steps took no page faults: `small` trained 11-43% faster
+(the median of three pairs of processes 21%), `base` 6-14% and `small` without XLA 10-23%, for 2-3%
+more peak resident memory; greedy and beam decoding, which free nothing that large, did not change
+(benchmarks/RESULTS.md, 2026-11-27 10:55 UTC).
 
 The memory it keeps is not returned to the system until the process ends: a process's resident
 memory stays at its peak. TensorFlow reads the variable when it creates its CPU device, at the
