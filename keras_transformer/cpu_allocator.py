@@ -8,7 +8,7 @@ every page again at its first touch: about 86,000 page faults a step of the peer
 spent in the kernel. TensorFlow's best-fit-with-coalescing allocator, the one it uses for GPU
 memory, keeps what it has mapped and hands it out again; `TF_CPU_ALLOCATOR_USE_BFC` makes it
 TensorFlow's CPU allocator too. With it the steps took no page faults: `small` trained 11-43% faster
-(the median of three pairs of processes 21%), `base` 6-14% and `small` without XLA 10-23%, for 2-3%
+(the median of three pairs of processes 21%), `base` 6-14% and `small` without XLA 10-23%, for 1-3%
 more peak resident memory; greedy and beam decoding, which free nothing that large, did not change
 (benchmarks/RESULTS.md, 2026-11-27 10:55 UTC).
 
