@@ -45,11 +45,8 @@ for size in $SIZES; do
         run "$PYTHON" benchmarks/throughput.py --size "$size" --precision mixed_bfloat16 --no-jit
     fi
     run "$PYTHON" "$PEERS/tf_tutorial_style.py" --size "$size" --jit
-    # As shipped it trains with its dropout off (Keras 3); this row has it on. The script imports
-    # our package, which would give the peer our CPU allocator too (keras_transformer/
-    # cpu_allocator.py): it keeps the one the peer ships with, so that only dropout differs.
-    TF_CPU_ALLOCATOR_USE_BFC=false \
-        run "$PYTHON" benchmarks/tutorial_dropout_on.py --size "$size" --jit --no-decode
+    # As shipped it trains with its dropout off (Keras 3); this row has it on.
+    run "$PYTHON" benchmarks/tutorial_dropout_on.py --size "$size" --jit --no-decode
     run "$HUB_VENV/bin/python" "$PEERS/keras_hub_peer.py" --size "$size" --jit
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
 done

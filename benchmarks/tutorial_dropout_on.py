@@ -14,7 +14,14 @@ variant "<variant>, dropout on". Arguments are the peer's:
     .venv/bin/python benchmarks/tutorial_dropout_on.py --size small --jit --no-decode --out F
 """
 
-import workload  # noqa: F401  (puts the peers' directory on the import path)
+import os
+
+# `workload` imports our package, which would give the peer our CPU allocator
+# (keras_transformer/cpu_allocator.py): it keeps TensorFlow's default, as the peer ships, so that
+# only dropout differs from the peer's own run.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "false")
+
+import workload  # noqa: E402, F401  (puts the peers' directory on the import path)
 
 # isort: split
 import common
