@@ -15,15 +15,32 @@ more peak resident memory; greedy and beam decoding, which free nothing that lar
 The memory it keeps is not returned to the system until the process ends: a process's resident
 memory stays at its peak. TensorFlow reads the variable when it creates its CPU device, at the
 first operation of a process, so the package sets it on import; a value already set (`false`
-to keep `malloc`) is kept, and a process that ran TensorFlow operations before importing the
-package keeps the allocator it started with.
+to keep `malloc`) is kept. A process that ran TensorFlow operations before importing the package
+keeps the allocator it started with, and is warned, since its training runs slower for it.
 """
 
 import os
+import warnings
+
+from tensorflow.python.eager import context
 
 BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 
+TOO_LATE = (
+    "TensorFlow ran operations before keras_transformer was imported, so its CPU allocator "
+    "stays malloc, which faults large tensors in again at every training step (up to 1.4x "
+    f"slower). Import keras_transformer before any TensorFlow operation, or set {BFC_VARIABLE}"
+    "=true in the environment of the process ('false' keeps malloc and silences this warning)."
+)
+
 
 def reuse_freed_memory() -> None:
-    """Sets `TF_CPU_ALLOCATOR_USE_BFC=true` unless the variable is already set."""
-    os.environ.setdefault(BFC_VARIABLE, "true")
+    """Sets `TF_CPU_ALLOCATOR_USE_BFC=true` unless the variable is already set; warns when
+    TensorFlow has already created its CPU device, too late for the setting to take effect."""
+    if BFC_VARIABLE in os.environ:
+        return
+    os.environ[BFC_VARIABLE] = "true"
+    # The eager context creates the CPU device, and with it the allocator, when it initializes;
+    # TensorFlow has no public way to ask whether that has happened.
+    if context.context()._initialized:
+        warnings.warn(TOO_LATE, RuntimeWarning, stacklevel=2)

@@ -1,17 +1,18 @@
 """Importing the package makes TensorFlow keep freed CPU memory for reuse
 (keras_transformer/cpu_allocator.py): a compiled function that returns a fresh 64 MiB tensor at
 every call takes no page faults once warm, where `malloc` maps and faults in all 16,384 pages
-again at each call."""
+again at each call. Imported after TensorFlow has started, too late to change its allocator, the
+package warns."""
 
 import os
 import subprocess
 import sys
 
-from keras_transformer.cpu_allocator import BFC_VARIABLE
+from keras_transformer.cpu_allocator import BFC_VARIABLE, TOO_LATE
 
 OUTPUT_PAGES = 16 * 2**20 * 4 // 4096
 
-SCRIPT = (
+FAULTS_A_CALL = (
     "import resource, keras_transformer, tensorflow as tf\n"
     "x = tf.ones([16 * 2**20])\n"
     "double = tf.function(lambda a: a * 2.0, jit_compile=True)\n"
@@ -22,17 +23,24 @@ SCRIPT = (
     "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)\n"
 )
 
+IMPORT_AFTER_AN_OPERATION = (
+    "import tensorflow as tf\ntf.constant(1.0) + 1\nimport keras_transformer\n"
+)
 
-def page_faults_a_call(setting=None):
-    """Minor page faults a call in a process of its own, as a user's, with `setting` (or
-    nothing) in `TF_CPU_ALLOCATOR_USE_BFC` before it imports the package."""
+
+def run_as_a_user(script, setting=None) -> subprocess.CompletedProcess:
+    """`script` in a process of its own, as a user's, with `setting` (or nothing) in
+    `TF_CPU_ALLOCATOR_USE_BFC` before it imports the package."""
     environment = {name: value for name, value in os.environ.items() if name != BFC_VARIABLE}
     if setting is not None:
         environment[BFC_VARIABLE] = setting
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=environment, check=True, capture_output=True, text=True
+    return subprocess.run(
+        [sys.executable, "-c", script], env=environment, check=True, capture_output=True, text=True
     )
-    return float(result.stdout.split()[-1])
+
+
+def page_faults_a_call(setting=None):
+    return float(run_as_a_user(FAULTS_A_CALL, setting).stdout.split()[-1])
 
 
 def test_importing_the_package_reuses_freed_cpu_memory():
@@ -41,3 +49,9 @@ def test_importing_the_package_reuses_freed_cpu_memory():
 
 def test_an_allocator_setting_already_made_is_kept():
     assert page_faults_a_call("false") > OUTPUT_PAGES / 2
+
+
+def test_importing_after_tensorflow_started_warns_that_it_is_too_late():
+    assert TOO_LATE in run_as_a_user(IMPORT_AFTER_AN_OPERATION).stderr
+    assert TOO_LATE not in run_as_a_user(IMPORT_AFTER_AN_OPERATION, "false").stderr
+    assert TOO_LATE not in run_as_a_user("import keras_transformer\n").stderr
