@@ -43,4 +43,6 @@ def reuse_freed_memory() -> None:
     # The eager context creates the CPU device, and with it the allocator, when it initializes;
     # TensorFlow has no public way to ask whether that has happened.
     if context.context()._initialized:
-        warnings.warn(TOO_LATE, RuntimeWarning, stacklevel=2)
+        # Level 3 is the user's `import` line: above this function is the package's
+        # `__init__`, and `warnings` skips the import machinery's frames in between.
+        warnings.warn(TOO_LATE, RuntimeWarning, stacklevel=3)
