@@ -124,12 +124,12 @@ class Transformer(keras.Model):
     # -- the full forward pass ----------------------------------------------------------------
 
     def compile(self, *args, **kwargs):
-        """`keras.Model.compile`; an XLA-compiled step draws dropout masks with ThreeFry."""
+        """`keras.Model.compile`; an XLA-compiled step draws hashed dropout masks (dropout.py)."""
         super().compile(*args, **kwargs)
         xla_tensorflow = self.jit_compile and keras.backend.backend() == "tensorflow"
         for layer in self._flatten_layers():
             if isinstance(layer, Dropout):
-                layer.rng_alg = "threefry" if xla_tensorflow else None
+                layer.hashed_masks = xla_tensorflow
 
     def call(self, inputs, training=None):
         source_ids, target_in_ids = inputs

@@ -7,7 +7,7 @@ from keras import ops
 
 from keras_transformer.add_and_norm import AddAndNorm
 from keras_transformer.decoder_layer import DecoderLayer
-from keras_transformer.dropout import Dropout
+from keras_transformer.dropout import GOLDEN, Dropout, hashed_uniform_bits
 from keras_transformer.embeddings import SharedEmbedding
 from keras_transformer.encoder_layer import EncoderLayer
 from keras_transformer.position_wise_feed_forward import PositionWiseFeedForward
@@ -91,34 +91,68 @@ def test_encoder_and_decoder_layers_round_trip():
     assert_config_round_trip(DecoderLayer(**args), x, memory)
 
 
-def test_threefry_dropout_under_xla_drops_at_the_rate_and_repeats_with_the_seed():
+def reference_fmix(h):
+    """MurmurHash3's 32-bit finalizer in NumPy, written from its definition."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+        h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+
+def hashed_masks(seed, calls=2, jit_compile=True, shape=(64, 24, 256)):
     import tensorflow as tf
 
-    def masks(seed):
-        layer = Dropout(0.1, seed=seed)
-        layer.rng_alg = "threefry"
-        step = tf.function(lambda x: layer(x, training=True), jit_compile=True)
-        x = tf.ones((64, 24, 256))
-        return ops.convert_to_numpy(step(x)), ops.convert_to_numpy(step(x))
+    layer = Dropout(0.1, seed=seed)
+    layer.hashed_masks = True
+    step = tf.function(lambda x: layer(x, training=True), jit_compile=jit_compile)
+    x = tf.ones(shape)
+    return [ops.convert_to_numpy(step(x)) for _ in range(calls)]
 
-    first, second = masks(seed=3)
-    again, _ = masks(seed=3)
+
+def test_hashed_bits_are_murmur3_finalizers_of_the_index_keyed_by_the_seed():
+    seed = np.array([7, 2], np.uint32)
+    with np.errstate(over="ignore"):
+        first_key = reference_fmix(seed[0] ^ reference_fmix(seed[1] + np.uint32(GOLDEN)))
+        second_key = reference_fmix(first_key + np.uint32(GOLDEN))
+    index = np.arange(6 * 5, dtype=np.uint32)
+    expected = reference_fmix(reference_fmix(index ^ first_key) ^ second_key).reshape(6, 5)
+    bits = hashed_uniform_bits(np.zeros((6, 5), "float32"), seed)
+    np.testing.assert_array_equal(ops.convert_to_numpy(bits), expected)
+
+
+def test_hashed_dropout_under_xla_drops_at_the_rate_and_repeats_with_the_seed():
+    first, second = hashed_masks(seed=3)
+    again, _ = hashed_masks(seed=3)
     assert set(np.unique(first).tolist()) == {0.0, np.float32(1 / 0.9)}
     assert abs((first == 0).mean() - 0.1) < 0.005  # 393,216 draws: 0.005 is 10 sigma
     np.testing.assert_array_equal(first, again)  # the seed fixes the masks
-    assert (first != second).mean() > 0.1  # and each call draws new ones
+    assert abs((first != second).mean() - 2 * 0.1 * 0.9) < 0.006  # each call draws new ones
+    # XLA computes the same masks as the operations run one by one.
+    np.testing.assert_array_equal(first, hashed_masks(seed=3, calls=1, jit_compile=False)[0])
 
 
-def test_transformer_compile_picks_threefry_only_for_xla():
+def test_hashed_dropout_masks_are_independent_between_elements_and_seeds():
+    dropped = {seed: hashed_masks(seed, calls=1)[0] == 0 for seed in range(4)}
+    for mask in dropped.values():
+        flat = mask.ravel()
+        for offset in (1, 256):  # the next feature, the next position
+            assert abs((flat[offset:] & flat[:-offset]).mean() - 0.1**2) < 0.002  # 12 sigma
+    # Small seeds differ in their low bits: a key that were the seed itself would give each
+    # seed the same mask with its indices permuted, the same count of drops for every seed.
+    assert len({int(mask.sum()) for mask in dropped.values()}) == len(dropped)
+    assert abs((dropped[0] & dropped[1]).mean() - 0.1**2) < 0.002
+
+
+def test_transformer_compile_picks_hashed_masks_only_for_xla():
     from keras_transformer import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.preset("tiny"))
     dropouts = [layer for layer in model._flatten_layers() if isinstance(layer, Dropout)]
     assert len(dropouts) >= 2 * 3  # embeddings, and every sub-layer's residual dropout
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
-    assert {layer.rng_alg for layer in dropouts} == {"threefry"}
+    assert {layer.hashed_masks for layer in dropouts} == {True}
     model.compile(optimizer="adam", loss="mse", jit_compile=False)
-    assert {layer.rng_alg for layer in dropouts} == {None}
+    assert {layer.hashed_masks for layer in dropouts} == {False}
 
 
 def test_layer_normalization_equals_keras_in_value_and_gradient_under_xla():
