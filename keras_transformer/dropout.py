@@ -2,11 +2,11 @@
 XLA computes inside the operations that use them.
 
 The paper drops out the output of every sub-layer and the sums of embeddings and positions:
-17 masks of `[batch, length, d_model]` a step in the `small` model, 37 in `base`. Keras's
+17 masks of `[batch, length, d_model]` a step in the `small` model, 32 in `base`. Keras's
 `Dropout` draws them with TensorFlow's Philox, which XLA on CPU expands into slow 64-bit
 arithmetic (15% of a `small` step); TensorFlow's ThreeFry took a third of that, but XLA still
-compiled its 20 rounds into separate operations and recomputed the masks for the gradients:
-a third of the `base` step's time outside the matrix products (benchmarks/RESULTS.md).
+compiles its 20 rounds apart from the dropout and recomputes them for the gradients: a third
+of the `base` step's thread time outside the matrix products (benchmarks/RESULTS.md).
 
 So where XLA compiles the step, the masks come from a counter-based hash instead: element i
 of a call's mask is dropped when `fmix(fmix(i ^ k1) ^ k2) < rate · 2³²`, with `fmix` the 32-bit
@@ -67,7 +67,7 @@ class Dropout(keras.layers.Dropout):
 
     Attributes:
         hashed_masks: False for Keras's dropout; True for masks from `hashed_uniform_bits`,
-            for XLA-compiled code (unfused, its dozen operations are slower than Keras's).
+            meant for XLA-compiled code, which fuses the hash's dozen operations.
     """
 
     hashed_masks = False
@@ -76,6 +76,7 @@ class Dropout(keras.layers.Dropout):
         if not (training and self.rate > 0 and self.hashed_masks and self.noise_shape is None):
             return super().call(inputs, training=training)
         bits = hashed_uniform_bits(inputs, self.seed_generator.next())
-        keep = ops.greater_equal(bits, _uint32(round(self.rate * 2**32)))
+        threshold = min(round(self.rate * 2**32), 2**32 - 1)  # a rate just below 1 rounds up
+        keep = ops.greater_equal(bits, _uint32(threshold))
         scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return ops.where(keep, inputs * scale, ops.zeros_like(inputs))
