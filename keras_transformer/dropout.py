@@ -11,10 +11,11 @@ of the `base` step's thread time outside the matrix products (benchmarks/RESULTS
 So where XLA compiles the step, the masks come from a counter-based hash instead: element i
 of a call's mask is dropped when `fmix(fmix(i ^ k1) ^ k2) < rate · 2³²`, with `fmix` the 32-bit
 finalizer of MurmurHash3 (two multiplications and three shifts) and k1, k2 hashed from the
-layer's seed and its call counter. A few integer operations an element, which XLA fuses into the
-dropout itself. Like any seeded dropout the masks repeat with the seed and change at every
-call; `Transformer.compile` sets `hashed_masks` on its dropout layers for an XLA-compiled step
-and leaves Keras's dropout everywhere else (eager calls, TensorFlow graphs without XLA).
+layer's seed and its call counter: about a dozen integer operations an element, which XLA fuses
+into the dropout and into the gradients that use the mask. Like any seeded dropout the masks
+repeat with the seed and change at every call. `Transformer.compile` sets `hashed_masks` on its
+dropout layers for an XLA-compiled step and leaves Keras's dropout everywhere else (eager calls,
+TensorFlow graphs without XLA).
 
 Example:
 >>> import numpy as np

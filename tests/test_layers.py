@@ -137,8 +137,8 @@ def test_hashed_dropout_masks_are_independent_between_elements_and_seeds():
         flat = mask.ravel()
         for offset in (1, 256):  # the next feature, the next position
             assert abs((flat[offset:] & flat[:-offset]).mean() - 0.1**2) < 0.002  # 12 sigma
-    # Small seeds differ in their low bits: a key that were the seed itself would give each
-    # seed the same mask with its indices permuted, the same count of drops for every seed.
+    # Small seeds differ only in their low bits: keyed by the seed itself, each seed would get
+    # the same mask with its indices permuted, and so the same count of drops.
     assert len({int(mask.sum()) for mask in dropped.values()}) == len(dropped)
     assert abs((dropped[0] & dropped[1]).mean() - 0.1**2) < 0.002
 
