@@ -1,17 +1,20 @@
-"""Ours and the Keras peers alternated round by round in one process: ratios without the drift.
+"""Ours and the peers alternated round by round: ratios without the drift.
 
 `compare_peers.sh` runs every program in a process of its own, one after another, so each
 figure is taken minutes after the one it is compared with, and this shared machine's speed moves
 by a fifth or more between minutes (benchmarks/RESULTS.md). Here each round times every
 program once, the order rotated from round to round, and each round gives ours / peer: the
 machine's state then weighs on both sides of every ratio alike, and the spread of the rounds'
-ratios says how far the comparison holds.
+ratios says how far the comparison holds. For training it also gives ours over the fastest peer
+as shipped in each round, the comparison of issue 8's targets (`peer_ratios.py`).
 
 The Keras peers are the tensorflow.org tutorial-style model (as shipped, and with its dropout on
 as `tutorial_dropout_on.py` runs it) and keras-hub, each built and compiled as its own script
-does (`../shared/peers/`); PyTorch cannot share the process. Run it with the keras-hub virtual
-environment (`benchmarks/peer_venvs.sh`), which holds our pinned TensorFlow, Keras and
-tensorflow-text beside keras-hub:
+does (`../shared/peers/`). PyTorch cannot share the process: for `train` its peer runs in a
+worker process (`torch_training_worker.py`, in the torch virtual environment) that takes one
+step each time this process asks over a pipe, and waits idle otherwise. Run this script with the
+keras-hub virtual environment (`benchmarks/peer_venvs.sh`), which holds our pinned TensorFlow,
+Keras and tensorflow-text beside keras-hub:
 
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py decode [--rounds 12] [--out F]
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py train --size small [--rounds 8]
@@ -22,13 +25,16 @@ default, `malloc`, which maps their large tensors afresh every step): these rati
 steps on equal memory, `compare_peers.sh` the programs as a user gets them.
 
 `decode` is cached greedy decoding of the peers' batch (32 sentences, 24 new tokens), ours
-against keras-hub's, 3 calls a round; `train` is the peers' training step on their batch, with
-XLA, `--steps` a round. Prints one table and appends one JSON line to `--out`.
+against keras-hub's, 3 calls a round; `train` is the peers' training step on their batch, `--steps`
+a round (the Keras programs with XLA, PyTorch eager, each in its faster mode). Prints one table
+and appends one JSON line to `--out`.
 """
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +46,7 @@ from profile_step import (  # noqa: E402
     training_step,
     tutorial_training_step,
 )
+from tutorial_dropout_on import PEER_VARIANT_SUFFIX  # noqa: E402
 from workload import common  # noqa: E402
 
 # isort: split
@@ -47,6 +54,7 @@ import keras  # noqa: E402
 import keras_hub_peer  # noqa: E402
 
 OURS = "keras_transformer"
+TORCH_PYTHON = Path(os.environ.get("TORCH_VENV", "/tmp/kt-venv-torch")) / "bin" / "python"
 
 
 def keras_hub_decoding_call():
@@ -65,16 +73,40 @@ def keras_hub_training_step(size):
     return keras_peer_training_step(model)
 
 
-def programs(what, size):
+def torch_training_step(size, python):
+    """One training step a call of PyTorch's peer, run by a worker process over a pipe."""
+    worker = subprocess.Popen(
+        [str(python), str(Path(__file__).with_name("torch_training_worker.py")), "--size", size],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if worker.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"the torch worker ({python}) did not start: see its error above")
+
+    def step():
+        worker.stdin.write("step\n")
+        worker.stdin.flush()
+        return float(worker.stdout.readline())
+
+    return step
+
+
+def programs(what, size, torch_python):
     """{name: call} for one comparison, ours first."""
     if what == "decode":
         return {OURS: decoding_call("greedy", None, None), "keras_hub": keras_hub_decoding_call()}
-    return {
+    calls = {
         OURS: training_step(size),
         "tf_tutorial_style": tutorial_training_step(size, dropout_on=False),
         "tf_tutorial_style, dropout on": tutorial_training_step(size, dropout_on=True),
         "keras_hub": keras_hub_training_step(size),
     }
+    if torch_python.exists():
+        calls["torch_nn"] = torch_training_step(size, torch_python)
+    else:
+        print(f"torch_nn left out: no {torch_python} (benchmarks/peer_venvs.sh)", file=sys.stderr)
+    return calls
 
 
 def alternate(calls, rounds, repeats):
@@ -109,29 +141,47 @@ def summary(what, size, seconds, repeats):
             "tokens_per_s": round(tokens / statistics.median(times), 1),
         }
         if name != OURS:
-            # ours / peer in tokens/s, round by round: the peer's seconds over ours.
-            ratios = [peer / ours for peer, ours in zip(times, seconds[OURS], strict=True)]
-            entry["ours_over_peer"] = {
-                "median": round(statistics.median(ratios), 3),
-                "min": round(min(ratios), 3),
-                "max": round(max(ratios), 3),
-            }
+            entry["ours_over_peer"] = ours_over(times, seconds[OURS])
         record["programs"][name] = entry
+    # As peer_ratios.py counts the targets: the peers as shipped, the fastest in each round.
+    shipped = [times for name, times in seconds.items() if name != OURS and as_shipped(name)]
+    if len(shipped) > 1:
+        fastest = [min(peers) for peers in zip(*shipped, strict=True)]
+        record["ours_over_best_peer"] = ours_over(fastest, seconds[OURS])
     return record
+
+
+def ours_over(peer_seconds, our_seconds):
+    """Ours / the peer in tokens/s, round by round (the peer's seconds over ours): median, range."""
+    ratios = [peer / ours for peer, ours in zip(peer_seconds, our_seconds, strict=True)]
+    return {
+        "median": round(statistics.median(ratios), 3),
+        "min": round(min(ratios), 3),
+        "max": round(max(ratios), 3),
+    }
+
+
+def as_shipped(name):
+    return not name.endswith(PEER_VARIANT_SUFFIX)
 
 
 def print_table(record):
     figure = "greedy decoding (cached)" if record["what"] == "decode" else "training"
     print(
         f"\n{figure}, {record['size']}: {record['rounds']} rounds of {record['calls_per_round']} "
-        "calls, alternated in one process\n"
+        "calls, alternated round by round\n"
     )
     print("| program | tokens/s (median) | ours / it, round by round: median (min–max) |")
     print("|---|---|---|")
     for name, entry in record["programs"].items():
-        ratio = entry.get("ours_over_peer")
-        spread = f"{ratio['median']:.3f}× ({ratio['min']:.3f}–{ratio['max']:.3f})" if ratio else ""
-        print(f"| {name} | {entry['tokens_per_s']:.0f} | {spread} |")
+        print(f"| {name} | {entry['tokens_per_s']:.0f} | {spread(entry.get('ours_over_peer'))} |")
+    if "ours_over_best_peer" in record:
+        best = spread(record["ours_over_best_peer"])
+        print(f"| the fastest peer as shipped, in each round | | {best} |")
+
+
+def spread(ratio):
+    return f"{ratio['median']:.3f}× ({ratio['min']:.3f}–{ratio['max']:.3f})" if ratio else ""
 
 
 def main():
@@ -141,12 +191,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=None, help="default: 12 decode, 8 train")
     parser.add_argument("--steps", type=int, default=5, help="training steps a round")
     parser.add_argument("--out", help="append the JSON record to this file")
+    parser.add_argument(
+        "--torch-python",
+        type=Path,
+        default=TORCH_PYTHON,
+        help="the torch virtual environment's Python, for `train` (default: %(default)s)",
+    )
     args = parser.parse_args()
     if args.what == "decode" and args.size != "small":
         parser.error("the peers decode with the small model only")
     rounds = args.rounds or (12 if args.what == "decode" else 8)
     repeats = common.DEC_CALLS_PER_REP if args.what == "decode" else args.steps
-    seconds = alternate(programs(args.what, args.size), rounds, repeats)
+    seconds = alternate(programs(args.what, args.size, args.torch_python), rounds, repeats)
     record = summary(args.what, args.size, seconds, repeats)
     print_table(record)
     if args.out:

@@ -5,15 +5,15 @@
 # (eager, its faster mode), each on `small` and `base`, and the tutorial-style model again with
 # its dropout on (benchmarks/tutorial_dropout_on.py: as shipped it trains without). Then prints
 # the peers' table and our ratio to the best peer for each figure (benchmarks/peer_ratios.py),
-# and last greedy decoding against keras-hub again, alternated round by round in one process
-# (benchmarks/alternated.py, record in results/alternated-<results file>): that ratio carries
-# none of the minutes of drift between two programs run one after the other.
+# and last greedy decoding against keras-hub and training against every peer again, alternated
+# round by round (benchmarks/alternated.py, records in results/alternated-<results file>): those
+# ratios carry none of the minutes of drift between two programs run one after the other.
 # On a CPU with bfloat16 units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also
 # trained in mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32.
 # Elsewhere that row is skipped: emulated, bfloat16 trained 6-10x slower than float32 on an AVX2
 # EPYC (benchmarks/RESULTS.md). BF16=yes or BF16=no overrides the check.
 #
-#   benchmarks/compare_peers.sh [results.jsonl]      # about 27 minutes on 2 cores
+#   benchmarks/compare_peers.sh [results.jsonl]      # about 40 minutes on 2 cores
 #
 # The peers run in their own virtual environments (benchmarks/peer_venvs.sh). SIZES="small"
 # runs only the small workload.
@@ -51,10 +51,17 @@ for size in $SIZES; do
     run "$TORCH_VENV/bin/python" "$PEERS/torch_nn.py" --size "$size"
 done
 "$PYTHON" benchmarks/peer_ratios.py "$OUT"
-if [[ " $SIZES " == *" small "* ]]; then
-    ALTERNATED_OUT="$(dirname "$OUT")/alternated-$(basename "$OUT")"
-    echo "== benchmarks/alternated.py decode" >&2
-    "$HUB_VENV/bin/python" benchmarks/alternated.py decode --out "$ALTERNATED_OUT" ||
-        { echo "FAILED: benchmarks/alternated.py decode" >&2; FAILED=$((FAILED + 1)); }
-fi
+ALTERNATED_OUT="$(dirname "$OUT")/alternated-$(basename "$OUT")"
+alternated() {
+    echo "== benchmarks/alternated.py $*" >&2
+    TORCH_VENV="$TORCH_VENV" "$HUB_VENV/bin/python" benchmarks/alternated.py "$@" \
+        --out "$ALTERNATED_OUT" || { echo "FAILED: alternated.py $*" >&2; FAILED=$((FAILED + 1)); }
+}
+if [[ " $SIZES " == *" small "* ]]; then alternated decode; fi
+for size in $SIZES; do
+    # A round times each program for some seconds: 5 steps of small, 2 of base (about 4 s each).
+    steps=5
+    if [ "$size" = base ]; then steps=2; fi
+    alternated train --size "$size" --steps "$steps"
+done
 if [ "$FAILED" -gt 0 ]; then echo "$FAILED program(s) failed: see FAILED above" >&2; exit 1; fi
