@@ -19,10 +19,11 @@ Keras and tensorflow-text beside keras-hub:
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py decode [--rounds 12] [--out F]
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py train --size small [--rounds 8]
 
-Every program here shares the process, and with it the CPU allocator that importing our package
+The Keras programs share the process, and with it the CPU allocator that importing our package
 sets (`keras_transformer/cpu_allocator.py`; run as shipped, the Keras peers keep TensorFlow's
-default, `malloc`, which maps their large tensors afresh every step): these ratios compare the
-steps on equal memory, `compare_peers.sh` the programs as a user gets them.
+default, `malloc`, which maps their large tensors afresh every step): these ratios compare their
+steps on equal memory, `compare_peers.sh` the programs as a user gets them. PyTorch's worker
+keeps its own allocator, as shipped.
 
 `decode` is cached greedy decoding of the peers' batch (32 sentences, 24 new tokens), ours
 against keras-hub's, 3 calls a round; `train` is the peers' training step on their batch, `--steps`
@@ -31,6 +32,7 @@ and appends one JSON line to `--out`.
 """
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -46,8 +48,7 @@ from profile_step import (  # noqa: E402
     training_step,
     tutorial_training_step,
 )
-from tutorial_dropout_on import PEER_VARIANT_SUFFIX  # noqa: E402
-from workload import common  # noqa: E402
+from workload import PEER_VARIANT_SUFFIX, common  # noqa: E402
 
 # isort: split
 import keras  # noqa: E402
@@ -81,15 +82,25 @@ def torch_training_step(size, python):
         stdout=subprocess.PIPE,
         text=True,
     )
-    if worker.stdout.readline().strip() != "ready":
+    atexit.register(stop_worker, worker)
+    if worker.stdout.readline().strip() != "ready":  # the worker's READY line
         raise RuntimeError(f"the torch worker ({python}) did not start: see its error above")
 
     def step():
         worker.stdin.write("step\n")
         worker.stdin.flush()
-        return float(worker.stdout.readline())
+        loss = worker.stdout.readline()
+        if not loss:
+            raise RuntimeError(f"the torch worker exited ({worker.poll()}): see its error above")
+        return float(loss)
 
     return step
+
+
+def stop_worker(worker):
+    """Ends the worker's input, which ends its loop, and waits for it to exit."""
+    worker.stdin.close()
+    worker.wait(timeout=60)
 
 
 def programs(what, size, torch_python):
@@ -144,10 +155,11 @@ def summary(what, size, seconds, repeats):
             entry["ours_over_peer"] = ours_over(times, seconds[OURS])
         record["programs"][name] = entry
     # As peer_ratios.py counts the targets: the peers as shipped, the fastest in each round.
-    shipped = [times for name, times in seconds.items() if name != OURS and as_shipped(name)]
+    shipped = {name: times for name, times in seconds.items() if name != OURS and as_shipped(name)}
     if len(shipped) > 1:
-        fastest = [min(peers) for peers in zip(*shipped, strict=True)]
+        fastest = [min(peers) for peers in zip(*shipped.values(), strict=True)]
         record["ours_over_best_peer"] = ours_over(fastest, seconds[OURS])
+        record["best_peer_among"] = list(shipped)
     return record
 
 

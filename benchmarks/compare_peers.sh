@@ -59,7 +59,8 @@ alternated() {
 }
 if [[ " $SIZES " == *" small "* ]]; then alternated decode; fi
 for size in $SIZES; do
-    # A round times each program for some seconds: 5 steps of small, 2 of base (about 4 s each).
+    # A round times each program for seconds, not minutes: 5 steps of small (about 1 s each),
+    # 2 of base (about 4-5 s each).
     steps=5
     if [ "$size" = base ]; then steps=2; fi
     alternated train --size "$size" --steps "$steps"

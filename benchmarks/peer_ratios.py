@@ -20,8 +20,7 @@ import json
 import statistics
 import sys
 
-from tutorial_dropout_on import PEER_VARIANT_SUFFIX
-from workload import PEERS
+from workload import PEER_VARIANT_SUFFIX, PEERS
 
 sys.path.insert(0, str(PEERS))
 import report  # noqa: E402  (the peers' table)

@@ -9,7 +9,8 @@ only one program computes at a time. The model, batch, loss and optimizer are bu
 
     /tmp/kt-venv-torch/bin/python benchmarks/torch_training_worker.py --size base
 
-Imports only torch and the peers' `common.py` (no TensorFlow: the torch venv has none).
+Imports torch and the peers' `common.py` and `torch_nn.py` (no TensorFlow: the torch venv has
+none).
 """
 
 import argparse

@@ -21,13 +21,11 @@ import os
 # only dropout differs from the peer's own run.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "false")
 
-import workload  # noqa: E402, F401  (puts the peers' directory on the import path)
+from workload import PEER_VARIANT_SUFFIX  # noqa: E402  (and the peers' directory on the path)
 
 # isort: split
 import common
 import tf_tutorial_style
-
-PEER_VARIANT_SUFFIX = ", dropout on"
 
 
 class TransformerTrainedWithDropout(tf_tutorial_style.Transformer):

@@ -21,7 +21,12 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import TransformerConfig  # noqa: E402
 
+# The variant suffix of the tutorial-style peer's records when trained with its dropout on
+# (`tutorial_dropout_on.py`): the targets count every peer as shipped, without it.
+PEER_VARIANT_SUFFIX = ", dropout on"
+
 __all__ = [
+    "PEER_VARIANT_SUFFIX",
     "add_intra_op_threads_option",
     "common",
     "matmul_ceiling_gflops",
