@@ -83,18 +83,25 @@ def torch_training_step(size, python):
         text=True,
     )
     atexit.register(stop_worker, worker)
-    if worker.stdout.readline().strip() != "ready":  # the worker's READY line
-        raise RuntimeError(f"the torch worker ({python}) did not start: see its error above")
+    worker_answer(worker, "ready")
 
     def step():
         worker.stdin.write("step\n")
         worker.stdin.flush()
-        loss = worker.stdout.readline()
-        if not loss:
-            raise RuntimeError(f"the torch worker exited ({worker.poll()}): see its error above")
-        return float(loss)
+        return float(worker_answer(worker, "loss"))
 
     return step
+
+
+def worker_answer(worker, tag):
+    """The rest of the worker's next line that starts with `tag` (its `torch_training_worker`
+    answers); any other line it prints (a library's warning) is passed on to stderr, so that it
+    cannot be taken for an answer."""
+    for line in worker.stdout:
+        if line.startswith(tag):
+            return line[len(tag) :].strip()
+        sys.stderr.write(line)
+    raise RuntimeError(f"the torch worker exited ({worker.poll()}): see its error above")
 
 
 def stop_worker(worker):

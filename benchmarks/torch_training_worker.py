@@ -3,7 +3,8 @@
 PyTorch cannot share a process with TensorFlow, so `alternated.py` starts this script with the
 torch virtual environment's Python (`benchmarks/peer_venvs.sh`) and writes one line to its
 standard input for each training step it wants; the worker runs that step, materialises the
-loss and answers with the loss on one line. Between steps it waits on the pipe, idle, so that
+loss and answers with one line, "loss" and its value (`alternated.py` takes only the lines so
+tagged as answers). Between steps it waits on the pipe, idle, so that
 only one program computes at a time. The model, batch, loss and optimizer are built exactly as
 `../shared/peers/torch_nn.py` builds them (eager, its faster mode).
 
@@ -28,7 +29,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch_nn import Seq2Seq  # noqa: E402
 
-READY = "ready"
+READY = "ready"  # the first answer, once the model is built
+LOSS = "loss"
 
 
 def training_step(size):
@@ -63,7 +65,7 @@ def main():
     step = training_step(args.size)
     print(READY, flush=True)
     for _ in sys.stdin:  # one line, one step; end of input ends the worker
-        print(f"{step():.6f}", flush=True)
+        print(f"{LOSS} {step():.6f}", flush=True)
 
 
 if __name__ == "__main__":
