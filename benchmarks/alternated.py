@@ -94,14 +94,14 @@ def torch_training_step(size, python):
 
 
 def worker_answer(worker, tag):
-    """The rest of the worker's next line that starts with `tag` (its `torch_training_worker`
+    """The rest of the worker's next line whose first word is `tag` (its `torch_training_worker`
     answers); any other line it prints (a library's warning) is passed on to stderr, so that it
     cannot be taken for an answer."""
     for line in worker.stdout:
-        if line.startswith(tag):
+        if line.split(maxsplit=1)[:1] == [tag]:
             return line[len(tag) :].strip()
         sys.stderr.write(line)
-    raise RuntimeError(f"the torch worker exited ({worker.poll()}): see its error above")
+    raise RuntimeError(f"the torch worker exited ({worker.wait(timeout=60)}): see its error above")
 
 
 def stop_worker(worker):
