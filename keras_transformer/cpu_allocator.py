@@ -10,7 +10,10 @@ memory, keeps what it has mapped and hands it out again; `TF_CPU_ALLOCATOR_USE_B
 TensorFlow's CPU allocator too. With it the steps took no page faults: `small` trained 11-43% faster
 (the median of three pairs of processes 21%), `base` 6-14% and `small` without XLA 10-23%, for 1-3%
 more peak resident memory; greedy and beam decoding, which free nothing that large, did not change
-(benchmarks/RESULTS.md, 2026-11-27 10:55 UTC).
+(benchmarks/RESULTS.md, 2026-11-27 10:55 UTC). All this was measured on the AVX2 EPYC, family 25
+model 1. How `malloc` behaves depends on the C library and the kernel. On an AVX-512 EPYC
+(family 25 model 17, Linux 6.18, 2026-11-27 22:40 UTC), `malloc` took no page faults on a
+64 MiB tensor returned at every call, so there the setting likely gains little (not measured).
 
 The memory it keeps is not returned to the system until the process ends: a process's resident
 memory stays at its peak. TensorFlow reads the variable when it creates its CPU device, at the
