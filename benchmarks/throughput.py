@@ -24,7 +24,7 @@ import time
 import keras
 import tensorflow as tf
 from decoding import measure
-from workload import common, matmul_ceiling_gflops, workload_config
+from workload import common, machine_description, matmul_ceiling_gflops, workload_config
 
 from keras_transformer import Transformer
 from keras_transformer.losses import LabelSmoothedCrossEntropy
@@ -94,7 +94,11 @@ def main():
     args = parser.parse_args()
 
     ceiling = matmul_ceiling_gflops()
-    record = {"matmul_ceiling_gflops_tf_xla": round(ceiling, 1), "precision": args.precision}
+    record = {
+        "matmul_ceiling_gflops_tf_xla": round(ceiling, 1),
+        "precision": args.precision,
+        "machine": machine_description(),
+    }
     variant = "jit" if args.jit else "no_jit"
     if args.precision != "float32":
         # MFU against what this precision's products can reach in the same mode.

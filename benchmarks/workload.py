@@ -5,6 +5,7 @@ directory beside the checkout, or from `KT_PEERS_DIR`.
 """
 
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ __all__ = [
     "PEER_VARIANT_SUFFIX",
     "add_intra_op_threads_option",
     "common",
+    "machine_description",
     "matmul_ceiling_gflops",
     "set_intra_op_threads",
     "workload_config",
@@ -73,3 +75,22 @@ def matmul_ceiling_gflops(n=2048, repeats=10, dtype=tf.float32, jit_compile=True
         matmul(a, a)[0, 0].numpy()
         times.append(time.perf_counter() - start)
     return 2 * n**3 / float(np.median(times)) / 1e9
+
+
+def machine_description() -> dict:
+    """The CPU and kernel a record was measured on. CI draws its machine, and the kinds differ in
+    speed and in whether `malloc` faults large blocks in again (benchmarks/RESULTS.md,
+    2026-11-27 22:40), so a record names its own."""
+    cpuinfo = Path("/proc/cpuinfo")
+    fields = {}
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    return {
+        "cpu": fields.get("model name", platform.processor()),
+        "cpu_family": fields.get("cpu family"),
+        "cpu_model": fields.get("model"),
+        "avx512f": "avx512f" in fields.get("flags", "").split(),
+        "cores": len(os.sched_getaffinity(0)),
+        "kernel": platform.release(),
+    }
