@@ -83,7 +83,7 @@ def torch_training_step(size, python):
         text=True,
     )
     atexit.register(stop_worker, worker)
-    worker_answer(worker, "ready")
+    worker_answer(worker, "ready")  # the tags are torch_training_worker.READY and LOSS
 
     def step():
         worker.stdin.write("step\n")
