@@ -180,7 +180,7 @@ $(KD_RUNS)/eval/test_2016_flickr.beam4.alpha0.6.scores.json: $(KD_ATTRELU) $(KD_
 			--output $(@D) || exit 1; \
 	done
 
-# Table 3 (§6.2) at the scale of the Multi30k recipe (keras_transformer/model_variations.py): the
+# Table 3 (§6.2) at the scale of the Multi30k recipe (keras_transformer/analysis/model_variations.py): the
 # `multi30k` preset EN->DE, and the same with each TABLE3_ROWS row's change, each trained for
 # TABLE3_STEPS updates (about the recipe's 50 minutes in this machine's fast state: the paper
 # compares its rows at equal steps) and beam-decoded on the validation split from its final

@@ -32,7 +32,7 @@ from workload import (
 )
 
 from keras_transformer import Transformer
-from keras_transformer.decoding import (
+from keras_transformer.decoding.search import (
     beam_decode,
     decode_side_by_side,
     greedy_decode,

@@ -81,7 +81,7 @@ def decode_child(length: int, beam_size: int) -> dict:
     from workload import common, workload_config
 
     from keras_transformer import Transformer
-    from keras_transformer.decoding import beam_decode, greedy_decode
+    from keras_transformer.decoding.search import beam_decode, greedy_decode
 
     tf.keras.utils.set_random_seed(common.SEED)
     config = workload_config("small").replace(max_length=max(length, 256))

@@ -1,10 +1,11 @@
 """The classical baseline of the parsing experiment (§6.3), scored exactly like the Transformer.
 
-Induces a PCFG from the training split of the Penn Treebank sample (`keras_transformer.pcfg`),
-parses a split's sentences with it, linearizes the trees and scores them with the function that
-`keras-transformer evaluate` uses for a ptb run (`keras_transformer.parsing.parse_scores`:
-EVALB's COLLINS.prm conventions). Prints one JSON object: precision, recall, F1, complete match,
-how many sentences the grammar parsed (the rest get a flat tree), and seconds.
+Induces a PCFG from the training split of the Penn Treebank sample
+(`keras_transformer.parsing.pcfg`), parses a split's sentences with it, linearizes the trees and
+scores them with the function that `keras-transformer evaluate` uses for a ptb run
+(`keras_transformer.parsing.constituency.parse_scores`: EVALB's COLLINS.prm conventions).
+Prints one JSON object: precision, recall, F1, complete match, how many sentences the grammar
+parsed (the rest get a flat tree), and seconds.
 
     .venv/bin/python benchmarks/pcfg_baseline.py [--split test] [--max-words N]
         [--horizontal 2] [--vertical 1] [--transformer RUN/eval/WEIGHTS/test.beam21.alpha1.hyp]
@@ -19,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from keras_transformer.parsing import parse_scores
-from keras_transformer.pcfg import PCFGParser
+from keras_transformer.parsing.constituency import parse_scores
+from keras_transformer.parsing.pcfg import PCFGParser
 from pipelines.corpus import read_lines
 from pipelines.ptb import linearize, split_treebank
 

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from keras_transformer.serving import ModelServer, ServedModel
+from keras_transformer.serving.server import ModelServer, ServedModel
 from pipelines.corpus import read_lines
 
 

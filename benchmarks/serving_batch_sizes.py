@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import tensorflow as tf
 
-from keras_transformer.serving import ServedModel
+from keras_transformer.serving.server import ServedModel
 from pipelines.corpus import read_lines
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_transformer.evaluation import corpus_scores
-from keras_transformer.export import TFLITE_SOURCE_LENGTH, export_tflite
-from keras_transformer.translator import load_run
+from keras_transformer.analysis.evaluation import corpus_scores
+from keras_transformer.decoding.translator import load_run
+from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH, export_tflite
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 

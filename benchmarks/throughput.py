@@ -27,8 +27,8 @@ from decoding import measure
 from workload import common, machine_description, matmul_ceiling_gflops, workload_config
 
 from keras_transformer import Transformer
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training import PRECISIONS
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.trainer import PRECISIONS
 
 
 class StepClock(keras.callbacks.Callback):

@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from keras_transformer.callbacks import read_metrics
-from keras_transformer.evaluation import corpus_scores
+from keras_transformer.analysis.evaluation import corpus_scores
+from keras_transformer.run_directory import read_metrics
 from pipelines.corpus import read_lines
 
 SPLIT = "test_2016_flickr"

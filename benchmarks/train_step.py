@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.optimizer import create_optimizer
-from keras_transformer.training import compile_model
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.optimizer import create_optimizer
+from keras_transformer.training.trainer import compile_model
 
 PADDING = 3  # positions of padding at the end of every row
 

@@ -1,15 +1,54 @@
-"""keras-transformer: the Transformer of "Attention Is All You Need" as Keras 3 layers."""
+"""keras-transformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) in
+Keras 3, with the tools to train, decode, evaluate and serve it.
 
-from keras_transformer.config import PRESETS, ConfigError, TransformerConfig
-from keras_transformer.cpu_allocator import reuse_freed_memory
-from keras_transformer.optimizer import TransformerSchedule
-from keras_transformer.transformer import Transformer
-from keras_transformer.xla_flags import prefer_wide_vectors
+The public API of a `model.fit` script (examples/train_with_fit.py):
 
-# Importing TensorFlow runs no operation and compiles nothing with XLA, so these still come
-# before it creates its CPU allocator and before its first compilation
-# (keras_transformer/cpu_allocator.py, keras_transformer/xla_flags.py).
-reuse_freed_memory()
-prefer_wide_vectors()
+    from keras_transformer import (
+        LabelSmoothedCrossEntropy, Transformer, TransformerConfig, TransformerSchedule)
 
-__all__ = ["PRESETS", "ConfigError", "Transformer", "TransformerConfig", "TransformerSchedule"]
+Packages by role, each importing only those below it (docs/DESIGN.md; tests/test_architecture.py
+holds the contract):
+
+    cli             the `keras-transformer` command: parses and calls
+    serving         SavedModel and TFLite export, the TF-Serving-compatible server
+    training        `model.fit` under a tf.distribute strategy (§5), callbacks, averaging
+    analysis        BLEU / F1 scoring, learning curves, attention plots, Table 3, parameters
+    decoding        greedy and beam search on the cache (§6.1), ensembles, `Translator`
+    parsing         constituency parsing (§6.3): tree scoring, EVALB, the PCFG baseline
+    run_directory   every file of a training run
+    model           the `Transformer` (§3)
+    layers          one Keras layer per concept of §3
+    config          `TransformerConfig` and its presets
+    runtime         TensorFlow/XLA process settings, applied by the CLI
+
+Importing the package has no side effects and loads no framework: the names below are imported
+on first use.
+"""
+
+import importlib
+
+__version__ = "0.2.0"
+
+_PUBLIC = {
+    "PRESETS": "keras_transformer.config",
+    "ConfigError": "keras_transformer.config",
+    "TransformerConfig": "keras_transformer.config",
+    "Transformer": "keras_transformer.model",
+    "TransformerSchedule": "keras_transformer.training.optimizer",
+    "create_optimizer": "keras_transformer.training.optimizer",
+    "LabelSmoothedCrossEntropy": "keras_transformer.training.losses",
+    "MaskedAccuracy": "keras_transformer.training.metrics",
+    "Perplexity": "keras_transformer.training.metrics",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_PUBLIC])

@@ -5,15 +5,10 @@ import logging
 import sys
 from pathlib import Path
 
-from keras_transformer.config import (
-    PRESETS,
-    TABLE3_CHANGES,
-    ConfigError,
-    TransformerConfig,
-    read_json_file,
-)
+from keras_transformer import __version__, runtime
+from keras_transformer.config import PRESETS, TABLE3_CHANGES, ConfigError, TransformerConfig
 
-# The order of `translator.run_weights`.
+# The order of `run_directory.run_weights`.
 WEIGHTS_HELP = (
     "weights file (default: the newest averaged*.weights.h5, else model.weights.h5, else the "
     "last checkpoint)"
@@ -33,7 +28,7 @@ def at_least(minimum: int):
 
 
 def _params(args):
-    from keras_transformer.parameter_count import format_table3
+    from keras_transformer.analysis.parameter_count import format_table3
 
     print(format_table3(args.vocab_size))
 
@@ -59,10 +54,10 @@ def train_config(args) -> TransformerConfig:
 
 
 def _train(args):
-    from keras_transformer.training import TrainingRun, train
+    from keras_transformer.training.trainer import TrainingRun, train
 
     if args.devices and args.devices > 1:
-        from keras_transformer.distribution import configure_logical_cpus
+        from keras_transformer.training.distribution import configure_logical_cpus
 
         configure_logical_cpus(args.devices)
     from pipelines.datasets import default_data_dir, default_languages
@@ -99,28 +94,18 @@ def _train(args):
 
 
 def _average(args):
-    from keras_transformer.checkpoint_averaging import average_last_checkpoints
-    from keras_transformer.transformer import Transformer
+    from keras_transformer.training.checkpoint_averaging import average_run
 
-    config = TransformerConfig.from_file(args.run / "config.json")
-    output = args.output or args.run / f"averaged-last{args.last}.weights.h5"
-    used = average_last_checkpoints(
-        Transformer(config), args.run / "checkpoints", args.last, output
-    )
+    output, used = average_run(args.run, args.last, args.output)
     print(f"averaged {[p.name for p in used]} into {output}")
-
-
-def _run_settings(run_dir) -> dict:
-    """The run's run.json (dataset, languages, data directory), or {} where it has none."""
-    path = run_dir / "run.json"
-    return read_json_file(path) if path.is_file() else {}
 
 
 def _task(run_dir):
     """The `evaluation.Task` of the run's dataset (translation for runs without a run.json)."""
-    from keras_transformer.evaluation import task
+    from keras_transformer import run_directory
+    from keras_transformer.analysis.evaluation import task
 
-    run = _run_settings(run_dir)
+    run = run_directory.read_settings(run_dir)
     dataset, target = run.get("dataset", "multi30k"), run.get("target_language", "de")
     return task(dataset, target, run.get("lowercase", False))
 
@@ -134,14 +119,8 @@ def _search(args, defaults) -> dict:
 def _load_translator(args, jit_compile=False):
     """The `Translator` of `translate`, `evaluate` and `export` (`--well-formed`: lexicalized
     parsers)."""
-    from keras_transformer.translator import load_run
+    from keras_transformer.decoding.translator import load_run
 
-    target = _run_settings(args.model).get("target_language")
-    if args.well_formed and target != "lexicalized":
-        raise SystemExit(
-            f"--well-formed needs a parser trained with --tgt lexicalized; {args.model} has "
-            f"target {target!r}"
-        )
     return load_run(args.model, args.weights, jit_compile, args.well_formed, args.ensemble or ())
 
 
@@ -175,10 +154,11 @@ def _read_input(path):
 def _run_corpus(args):
     """The run's settings, dataset, data directory (`--data-dir`, default the run's) and
     `{split: (source_path, target_path)}` of its language pair there."""
+    from keras_transformer import run_directory
     from pipelines import corpus_files
     from pipelines.datasets import default_data_dir
 
-    run = _run_settings(args.model)
+    run = run_directory.read_settings(args.model)
     if not run:
         raise SystemExit(f"{args.model / 'run.json'} not found: is {args.model} a training run?")
     dataset = run.get("dataset", "multi30k")
@@ -190,7 +170,8 @@ def _run_corpus(args):
 
 
 def _evaluate(args):
-    from keras_transformer.evaluation import evaluate_corpus, task, tune_alpha
+    from keras_transformer import run_directory
+    from keras_transformer.analysis.evaluation import evaluate_corpus, task, tune_alpha
     from pipelines.datasets import default_split
 
     run, dataset, _, files = _run_corpus(args)
@@ -204,7 +185,9 @@ def _evaluate(args):
     if args.tune_alpha and (args.alpha is not None or search["beam_size"] < 2):
         raise SystemExit("--tune-alpha needs a beam search (--beam 2 or more) and no --alpha")
     translator = _load_translator(args, args.jit_compile)
-    output = args.output or args.model / "eval" / _evaluation_name(translator, args.ensemble)
+    output = args.output or run_directory.evaluation_directory(
+        args.model, translator.weights_path, args.ensemble or ()
+    )
     if args.tune_alpha:
         search["alpha"], tuned = tune_alpha(
             translator, *files["validation"], output, scoring, args.tune_alpha, **search
@@ -218,8 +201,8 @@ def _evaluate(args):
 
 
 def _distill(args):
-    from keras_transformer.distillation import distill_data_dir
-    from keras_transformer.training import SUBWORDS_FILE
+    from keras_transformer import run_directory
+    from keras_transformer.training.distillation import distill_data_dir
 
     _, _, data_dir, files = _run_corpus(args)
     if args.output.resolve() == data_dir.resolve():
@@ -239,30 +222,15 @@ def _distill(args):
         **search,
     )
     print(
-        f"{args.output}: train --data-dir {args.output} --subwords {args.model / SUBWORDS_FILE}"
+        f"{args.output}: train --data-dir {args.output} --subwords "
+        f"{args.model / run_directory.SUBWORDS_FILE}"
         " trains a student on the distilled pairs with the teacher's vocabulary"
     )
 
 
-def _evaluation_name(translator, ensemble) -> str:
-    """RUN/eval/<this>: the weights' name, and with `--ensemble` the other members' too."""
-    stem = translator.weights_path.name.split(".")[0]
-    if not ensemble:
-        return stem
-    return "+".join([f"ensemble-{stem}", *map(_member_name, ensemble)])
-
-
-def _member_name(member: Path) -> str:
-    """A run directory by its name; a weights file by its run's and its own."""
-    from keras_transformer.translator import member_run_directory
-
-    run = member_run_directory(member)
-    return run.name if member.is_dir() else f"{run.name}-{member.name.split('.')[0]}"
-
-
 def _attention(args):
-    from keras_transformer.attention_plot import plot_attention
-    from keras_transformer.translator import load_run
+    from keras_transformer.analysis.attention_plot import plot_attention
+    from keras_transformer.decoding.translator import load_run
 
     translator = load_run(args.model, args.weights)
     translation = plot_attention(translator, args.sentence, args.layer, args.output)
@@ -270,7 +238,7 @@ def _attention(args):
 
 
 def _variations(args):
-    from keras_transformer.model_variations import plot_variations, variations_table
+    from keras_transformer.analysis.model_variations import plot_variations, variations_table
 
     print(variations_table(args.runs, args.rows))
     if args.plot:  # logged, not printed: stdout is the table, which make redirects to a file
@@ -278,14 +246,17 @@ def _variations(args):
 
 
 def _curve(args):
-    from keras_transformer.learning_curve import plot_learning_curve
+    from keras_transformer import run_directory
+    from keras_transformer.analysis.learning_curve import plot_learning_curve
 
     output = args.output or args.run / "learning_curve.png"
-    print(f"wrote {plot_learning_curve(args.run / 'metrics.jsonl', output, title=str(args.run))}")
+    metrics = args.run / run_directory.METRICS_FILE
+    print(f"wrote {plot_learning_curve(metrics, output, title=str(args.run))}")
 
 
 def _export(args):
-    from keras_transformer.export import export_saved_model, export_tflite
+    from keras_transformer.serving.saved_model import export_saved_model
+    from keras_transformer.serving.tflite import export_tflite
 
     if args.jit_compile and args.format == "tflite":
         raise SystemExit("--jit-compile applies to SavedModel exports; LiteRT has no XLA")
@@ -311,7 +282,7 @@ def _export(args):
 def _serve(args):
     import time
 
-    from keras_transformer.serving import ModelServer, ServedModel
+    from keras_transformer.serving.server import ModelServer, ServedModel
 
     model = ServedModel(args.model_name, args.model_base_path)
     server = ModelServer(
@@ -579,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="keras-transformer",
         description='The Transformer of "Attention Is All You Need" in Keras 3.',
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     params = commands.add_parser(
@@ -601,15 +573,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(commands)
     _add_average(commands)
     _add_decoding(commands)
+    for command in commands.choices.values():
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show TensorFlow's start-up messages and its INFO log records",
+        )
     return parser
 
 
 def _user_errors():
     """Errors in what the user gave (options, data, checkpoints): their message says it all."""
-    from keras_transformer.callbacks import CheckpointError
+    from keras_transformer import run_directory
     from pipelines.corpus import CorpusError
 
-    return ConfigError, CorpusError, CheckpointError
+    return ConfigError, CorpusError, run_directory.CheckpointError
 
 
 def _quiet_tensorflow_info():
@@ -625,8 +603,10 @@ def _quiet_tensorflow_info():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    runtime.configure(quiet=not args.verbose)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    _quiet_tensorflow_info()
+    if not args.verbose:
+        _quiet_tensorflow_info()
     try:
         args.handler(args)
     except _user_errors() as error:  # evaluated only once something is raised: no import cost

@@ -267,7 +267,7 @@ def _parse_value(raw: str) -> Any:
 
 # Table 3 of the paper: each row's changes to base (blank cells = base). A row applies to any
 # configuration the same way (`TransformerConfig.variation`), which is how the rows are tried on
-# the smaller `multi30k` recipe (`keras_transformer/model_variations.py`).
+# the smaller `multi30k` recipe (`keras_transformer/analysis/model_variations.py`).
 TABLE3_CHANGES: dict[str, dict[str, Any]] = {
     # (A) vary heads, keeping h * d_k = d_model (constant computation, §3.2.2): the paper's
     # d_k = d_v = d_model / h, which follows from num_heads alone.

@@ -2,17 +2,19 @@
 
 import gzip
 import json
-import os
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from keras_transformer import runtime
+
+# As the CLI does: TensorFlow's allocator and XLA flags, and its start-up notes kept quiet.
+runtime.configure()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
-from keras_transformer.distribution import configure_logical_cpus  # noqa: E402
+from keras_transformer.training.distribution import configure_logical_cpus  # noqa: E402
 from pipelines import train_sentencepiece  # noqa: E402
 from pipelines.corpus import read_lines  # noqa: E402
 from pipelines.ptb import split_treebank  # noqa: E402

@@ -7,7 +7,8 @@ import pytest
 
 from keras_transformer.cli import build_parser, main
 from keras_transformer.config import ConfigError, TransformerConfig
-from keras_transformer.training import TrainingRun, prepare_run_directory
+from keras_transformer.run_directory import prepare
+from keras_transformer.training.trainer import TrainingRun
 
 CONFIG = TransformerConfig.preset("tiny")
 
@@ -18,13 +19,13 @@ def make_run(tmp_path, **options):
 
 def make_trained(tmp_path):
     """A run directory that has learned something: its vocabulary."""
-    prepare_run_directory(make_run(tmp_path), CONFIG)
+    prepare(make_run(tmp_path), CONFIG)
     (tmp_path / "run" / "subwords.model").write_bytes(b"a vocabulary")
 
 
 def test_a_rerun_on_the_same_data_resumes(tmp_path):
-    prepare_run_directory(make_run(tmp_path, max_steps=3), CONFIG)
-    prepare_run_directory(make_run(tmp_path, max_steps=9), CONFIG)
+    prepare(make_run(tmp_path, max_steps=3), CONFIG)
+    prepare(make_run(tmp_path, max_steps=9), CONFIG)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["max_steps"] == 9
 
 
@@ -42,22 +43,22 @@ def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed,
     saved = (tmp_path / "run" / "run.json").read_text()
 
     with pytest.raises(ConfigError, match=message):
-        prepare_run_directory(make_run(tmp_path, **changed), CONFIG)
+        prepare(make_run(tmp_path, **changed), CONFIG)
     assert (tmp_path / "run" / "run.json").read_text() == saved
 
 
 def test_a_resume_without_subwords_keeps_where_the_adopted_vocabulary_came_from(tmp_path):
     teacher = tmp_path / "teacher.model"
-    prepare_run_directory(make_run(tmp_path, subwords=teacher), CONFIG)
+    prepare(make_run(tmp_path, subwords=teacher), CONFIG)
     (tmp_path / "run" / "subwords.model").write_bytes(b"the teacher's vocabulary")
-    prepare_run_directory(make_run(tmp_path, max_steps=9), CONFIG)
+    prepare(make_run(tmp_path, max_steps=9), CONFIG)
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["subwords"] == str(teacher) and saved["max_steps"] == 9
 
 
 def test_a_run_that_failed_before_learning_anything_starts_again_as_corrected(tmp_path):
-    prepare_run_directory(make_run(tmp_path, target_language="cs"), CONFIG)  # e.g. no such data
-    prepare_run_directory(make_run(tmp_path), CONFIG.replace(d_ff=64))
+    prepare(make_run(tmp_path, target_language="cs"), CONFIG)  # e.g. no such data
+    prepare(make_run(tmp_path), CONFIG.replace(d_ff=64))
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["target_language"] == "de" and saved["training_changes"] == []
     assert json.loads((tmp_path / "run" / "config.json").read_text())["d_ff"] == 64
@@ -68,7 +69,7 @@ def test_a_corrupt_run_json_is_named_and_left_as_it_is(tmp_path):
     run_json = tmp_path / "run" / "run.json"
     run_json.write_text('{"dataset": "multi30k", "targ')
     with pytest.raises(ConfigError, match=r"run\.json is not valid JSON"):
-        prepare_run_directory(make_run(tmp_path), CONFIG)
+        prepare(make_run(tmp_path), CONFIG)
     assert run_json.read_text() == '{"dataset": "multi30k", "targ'
 
 

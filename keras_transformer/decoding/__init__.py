@@ -1,0 +1,9 @@
+"""Decoding (§6.1): from source ids, or sentences, to translations.
+
+- `search`: greedy and beam decoding on the preallocated cache, and the paper's settings
+  (`SEARCH`: beam 4, α = 0.6, input length + 50).
+- `beam_search`: the beam search itself, with its length penalty and early termination.
+- `ensemble`: several models decoding as one.
+- `tree_constraint`: §6.3's well-formed-tree constraint on a parser's search.
+- `translator`: `Translator` (sentences in, translations out) and `load_run`.
+"""

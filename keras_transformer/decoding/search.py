@@ -1,0 +1,291 @@
+"""Translating with a trained Transformer: greedy and beam search (§6.1) on the decoding cache.
+
+`greedy_decode` and `beam_decode` take source ids and return target ids. Both encode once and then
+run the decoder one position at a time: with `cached=True` (the default) through
+`Transformer.decode_step` and its preallocated key/value cache, so a step costs one position; with
+`cached=False` by re-running the decoder over the whole prefix at every step, which is what the
+cache saves and what the tests compare it against.
+
+The output budget follows §6.1: each sentence may generate up to its input length (source ids,
+EOS included) + `extra_length` tokens, never more than the model's `max_length`.
+
+Example:
+>>> import numpy as np
+>>> from keras_transformer import Transformer, TransformerConfig
+>>> model = Transformer(TransformerConfig.preset("tiny"))
+>>> result = beam_decode(model, np.array([[5, 6, 7, 2]]), beam_size=4, extra_length=3)
+>>> tuple(result.ids.shape)  # [batch, beam, input length + extra]
+(1, 4, 7)
+"""
+
+import os
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from keras_transformer.decoding.beam_search import (
+    BeamSearchResult,
+    beam_search,
+    without_tokens,
+    write_at,
+)
+from keras_transformer.decoding.ensemble import decoding_members, mean_distribution
+from keras_transformer.layers.decoder_layer import REORDERED_CACHE_KEYS
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+# §6.1: "maximum output length during inference to input length + 50".
+EXTRA_LENGTH = 50
+BEAM_SIZE = 4
+ALPHA = 0.6
+SEARCH = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
+# Never generated: neither can follow in a sentence, and a PAD fed back would be masked by the
+# full decoder pass but not by the cache.
+NEVER_GENERATED = (PAD_ID, BOS_ID)
+# A slice decoded on its own core keeps at least this many rows (see `decode_side_by_side`).
+MIN_SLICE_ROWS = 8
+
+
+class GreedyResult(NamedTuple):
+    """ids: int32 `[batch, max_decode_length]` (PAD after EOS); log_probs: float32 `[batch]`;
+    lengths: int32 `[batch]`, tokens generated, EOS included."""
+
+    ids: tf.Tensor
+    log_probs: tf.Tensor
+    lengths: tf.Tensor
+
+
+def greedy_search(
+    symbols_to_logits_fn,
+    initial_ids,
+    initial_cache,
+    max_decode_length,
+    max_lengths=None,
+    banned_ids=(),
+) -> GreedyResult:
+    """Takes the most probable token at every step until EOS or the sentence's maximum length.
+
+    Same contract as `beam_search.beam_search` with one hypothesis per sentence; stops as soon as
+    every sentence has ended.
+
+    Each step reads the logits vocabulary-major, `[vocab, batch]`. XLA then computes the tied
+    output projection that produces them as E·hᵀ instead of h·Eᵀ: on a CPU, the matrix kernels
+    run a product of 8,000 rows by a 16-sentence slice's 16 columns faster than the other way
+    round (27% less time for that product in the model; benchmarks/RESULTS.md). XLA folds the
+    transpose into the product only when it comes straight after it, which is why `banned_ids`
+    is applied here, after the transpose: a mask in between keeps the product batch-major and
+    copies its output.
+    """
+    initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
+    batch_size = tf.shape(initial_ids)[0]
+    if max_lengths is None:
+        max_lengths = tf.fill([batch_size], max_decode_length)
+    max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
+
+    def step_fn(step, ids, log_probs, lengths, finished, cache):
+        logits, cache = symbols_to_logits_fn(ids[:, step], step, cache)
+        scores = tf.transpose(tf.cast(logits, tf.float32))
+        scores = without_tokens(scores, banned_ids, vocab_axis=0)
+        tokens = tf.argmax(scores, axis=0, output_type=tf.int32)
+        tokens = tf.where(finished, PAD_ID, tokens)
+        # The log-softmax at the argmax: the maximum less the log-sum-exp.
+        token_log_probs = tf.reduce_max(scores, axis=0) - tf.reduce_logsumexp(scores, axis=0)
+        log_probs += tf.where(finished, 0.0, token_log_probs)
+        lengths += tf.cast(~finished, tf.int32)
+        finished |= (tokens == EOS_ID) | (step + 1 >= max_lengths)
+        return step + 1, write_at(ids, step + 1, tokens), log_probs, lengths, finished, cache
+
+    ids = tf.fill([batch_size, max_decode_length + 1], PAD_ID)
+    _, ids, log_probs, lengths, _, _ = tf.while_loop(
+        lambda step, ids, log_probs, lengths, finished, cache: ~tf.reduce_all(finished),
+        step_fn,
+        (
+            tf.constant(0),
+            write_at(ids, 0, initial_ids),
+            tf.zeros([batch_size]),
+            tf.zeros([batch_size], tf.int32),
+            tf.zeros([batch_size], tf.bool),
+            initial_cache,
+        ),
+        maximum_iterations=max_decode_length,
+    )
+    return GreedyResult(ids[:, 1:], log_probs, lengths)
+
+
+def max_output_lengths(source_ids, extra_length, limit):
+    """Per sentence: input length (non-PAD source ids) + `extra_length`, at most `limit`."""
+    source_lengths = tf.math.count_nonzero(source_ids != PAD_ID, axis=1, dtype=tf.int32)
+    return tf.minimum(source_lengths + extra_length, limit)
+
+
+def max_decode_length(model, source_ids, extra_length):
+    """The static buffer length: padded source length + extra, at most the model's max_length.
+
+    A Python int whenever the source length and `extra_length` are, so that XLA sees fixed
+    shapes; a tensor otherwise (a serving signature's inputs).
+    """
+    source_length = source_ids.shape[1]
+    if source_length is None or not isinstance(extra_length, int):
+        return tf.minimum(tf.shape(source_ids)[1] + extra_length, model.config.max_length)
+    return min(source_length + extra_length, model.config.max_length)
+
+
+def cached_step(model, encoder_output, source_mask, max_length):
+    """`symbols_to_logits_fn` on `Transformer.decode_step`, and its initial cache.
+
+    Only the self-attention keys/values go into the searched cache (beam search reorders them);
+    the encoder-decoder keys/values, identical for all hypotheses of a sentence, stay in the
+    closure and are computed once.
+    """
+    full_cache = model.init_cache(encoder_output, max_length)
+    fixed = tuple({k: v for k, v in c.items() if k not in REORDERED_CACHE_KEYS} for c in full_cache)
+    searched = tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in full_cache)
+
+    def symbols_to_logits(ids, step, cache):
+        merged = tuple({**s, **f} for s, f in zip(cache, fixed, strict=True))
+        logits, merged = model.decode_step(ids, step, merged, source_mask)
+        return logits, tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in merged)
+
+    return symbols_to_logits, searched
+
+
+def uncached_step(model, encoder_output, source_mask, max_length):
+    """`symbols_to_logits_fn` that re-runs the decoder over the whole prefix at every step.
+
+    Its "cache" is the prefix of target ids itself, so beam search reorders it like any cache.
+    """
+
+    def symbols_to_logits(ids, step, prefix):
+        prefix = write_at(prefix, step, ids)
+        logits = model.decode(prefix[:, : step + 1], encoder_output, source_mask)
+        return logits[:, -1, :], prefix
+
+    return symbols_to_logits, tf.fill([tf.shape(encoder_output)[0], max_length], PAD_ID)
+
+
+def _member_step(model, source_ids, copies, length, cached):
+    """One Transformer's `symbols_to_logits` and initial cache, `copies` rows per source."""
+    encoder_output, source_mask = model.encode(source_ids, training=False)
+    if not isinstance(copies, int) or copies > 1:  # hypothesis k of sentence b: row b*copies+k
+        encoder_output = tf.repeat(encoder_output, copies, axis=0)
+        source_mask = tf.repeat(source_mask, copies, axis=0)
+    make_step = cached_step if cached else uncached_step
+    return make_step(model, encoder_output, source_mask, length)
+
+
+def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    length = max_decode_length(model, source_ids, extra_length)
+    members = [
+        _member_step(member, source_ids, copies, length, cached)
+        for member in decoding_members(model)
+    ]
+    if len(members) == 1:
+        step_fn, cache = members[0]
+    else:
+        step_fns, caches = zip(*members, strict=True)
+        step_fn, cache = mean_distribution(step_fns), caches
+    limits = max_output_lengths(source_ids, extra_length, length)
+    if constraint is not None:
+        rows = tf.repeat(source_ids, copies, axis=0), tf.repeat(limits, copies, axis=0)
+        step_fn, cache = constraint(step_fn, cache, *rows)
+    first_ids = tf.fill([tf.shape(source_ids)[0]], BOS_ID)
+    return step_fn, first_ids, cache, length, limits
+
+
+def greedy_decode(
+    model, source_ids, extra_length=EXTRA_LENGTH, cached=True, constraint=None
+) -> GreedyResult:
+    """Greedy decoding of source ids `[batch, source_length]` (PAD = 0) by `model`, a
+    `Transformer` or an `ensemble.Ensemble`.
+
+    `constraint`: optional `(symbols_to_logits, cache, source_ids, max_lengths) ->
+    (symbols_to_logits, cache)` that restricts the outputs, such as
+    `tree_constraint.WellFormedTrees`.
+    """
+    step_fn, first_ids, cache, length, limits = _search_inputs(
+        model, source_ids, extra_length, 1, cached, constraint
+    )
+    return greedy_search(step_fn, first_ids, cache, length, limits, NEVER_GENERATED)
+
+
+def beam_decode(
+    model,
+    source_ids,
+    beam_size=BEAM_SIZE,
+    alpha=ALPHA,
+    extra_length=EXTRA_LENGTH,
+    cached=True,
+    constraint=None,
+) -> BeamSearchResult:
+    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model` and
+    `constraint` as for `greedy_decode`, with one source row per hypothesis."""
+    step_fn, first_ids, cache, length, limits = _search_inputs(
+        model, source_ids, extra_length, beam_size, cached, constraint
+    )
+    return beam_search(
+        step_fn, first_ids, cache, beam_size, alpha, length, limits, banned_ids=NEVER_GENERATED
+    )
+
+
+def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
+    """The best target ids `[batch, out]` of each source and their scores: greedy decoding for
+    `beam_size` 1 (scores: log-probabilities), beam search otherwise (scores: divided by the
+    length penalty, §6.1). A tensor `beam_size`, as a serving signature takes it, chooses at
+    run time."""
+
+    def greedy():
+        result = greedy_decode(model, source_ids, extra_length, constraint=constraint)
+        return result.ids, result.log_probs
+
+    def beam():
+        result = beam_decode(
+            model, source_ids, beam_size, alpha, extra_length, constraint=constraint
+        )
+        return result.ids[:, 0], result.scores[:, 0]
+
+    if isinstance(beam_size, int):
+        return greedy() if beam_size == 1 else beam()
+    return tf.cond(tf.equal(beam_size, 1), greedy, beam)
+
+
+def side_by_side_slices(batch_size, requested=None) -> int:
+    """How many slices `decode_side_by_side` cuts a batch of `batch_size` into: `requested`, at
+    most one per row; by default one per CPU core the process may use, each of at least
+    `MIN_SLICE_ROWS` rows; 1 with a GPU (one large batch suits it best) or an unknown batch
+    size (a serving signature's input)."""
+    if batch_size is None:
+        return 1
+    if requested:
+        return min(requested, batch_size)
+    if tf.config.list_logical_devices("GPU"):
+        return 1
+    cores = tf.config.threading.get_inter_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    return max(1, min(cores, batch_size // MIN_SLICE_ROWS))
+
+
+def decode_side_by_side(search, source_ids, *args, slices=None):
+    """`search(source_ids, *args)` on slices of the batch decoded at the same time, concatenated.
+
+    `search` is a `tf.function` (XLA-compiled for speed) mapping source ids `[batch, length]` to
+    a nest of tensors with the batch first, such as `best_hypotheses`; `decode_side_by_side`
+    must run inside a `tf.function` that is not XLA-compiled. Each slice is then a separate
+    call with no dependence on the others, which TensorFlow's executor runs on its inter-op
+    threads at once; a single XLA program would run them one after another. Sentences decode
+    independently, so the result equals `search(source_ids, *args)`.
+
+    Why: a decoding step multiplies matrices of only `batch` rows, which the matrix-product
+    kernels split badly across threads. On the 2-core CI machine, 32 sentences decoded as two
+    slices of 16 side by side took 90 ms against 124 ms as one batch (greedy; beam 4: 285
+    against 409 ms); benchmarks/RESULTS.md has the measurements.
+
+    `slices`: see `side_by_side_slices`; the first `batch % slices` slices get one row more
+    than the others.
+    """
+    batch_size = source_ids.shape[0]
+    slices = side_by_side_slices(batch_size, slices)
+    if slices == 1:
+        return search(source_ids, *args)
+    rows, extra = divmod(batch_size, slices)
+    sizes = [rows + (i < extra) for i in range(slices)]
+    outputs = [search(part, *args) for part in tf.split(source_ids, sizes)]
+    return tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *outputs)

@@ -1,0 +1,314 @@
+"""A training run's directory: every file a run writes, and every rule for reading it back.
+
+    config.json          the TransformerConfig (a rerun must use the same one, or change only
+                         training hyperparameters with --allow-training-changes)
+    run.json             the data and run settings, and any training changes made on resume
+    subwords.model       the shared subword vocabulary (§5.1), trained on the training split
+                         (or a copy of `--subwords`: a teacher's, say, or one for every worker)
+    backup/              Keras BackupAndRestore state: resume after a crash or kill -9
+    checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
+    logs/                TensorBoard
+    metrics.jsonl        every logged value, with step and wall time
+    model.weights.h5     the final weights
+    averaged-lastN.weights.h5   `average`'s checkpoint averages
+    eval/<weights>/      hypotheses and scores of `evaluate`
+    workers/<name>/      in a cluster, each non-chief worker's own resumable state
+
+Rerunning the same command resumes from `backup/`. `prepare` creates the directory or checks
+that a rerun is a resume of the same run; `run_weights` says which weights a run offers;
+`save_weights_atomically` writes every weights file so that a killed process never leaves a
+truncated one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
+from pipelines.corpus import write_atomically
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+SETTINGS_FILE = "run.json"
+SUBWORDS_FILE = "subwords.model"
+BACKUP_DIR = "backup"
+CHECKPOINTS_DIR = "checkpoints"
+LOGS_DIR = "logs"
+METRICS_FILE = "metrics.jsonl"
+FINAL_WEIGHTS = "model.weights.h5"
+EVAL_DIR = "eval"
+WORKERS_DIR = "workers"
+# What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
+TRAINED_STATE = (SUBWORDS_FILE, BACKUP_DIR, CHECKPOINTS_DIR, FINAL_WEIGHTS)
+CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.weights\.h5$")
+
+# Hyperparameters of the batches and the objective, not of the model or of Eq. 3's schedule: a
+# resume may change them when asked to, e.g. to continue with larger updates once the validation
+# loss has flattened. Any other change would make the restored weights or optimizer meaningless.
+CHANGEABLE_ON_RESUME = frozenset(
+    {
+        "batch_tokens",
+        "residual_dropout",
+        "attention_dropout",
+        "relu_dropout",
+        "subword_dropout",
+        "label_smoothing",
+    }
+)
+# The data a run's vocabulary and weights were trained on, with the flag that names it: a resume
+# that changed one would train on the other data with them, and score as if it never had.
+DATA_FLAGS = {
+    "dataset": "--dataset",
+    "source_language": "--src",
+    "target_language": "--tgt",
+    "lowercase": "--lowercase",
+}
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing or unreadable; the message names the file."""
+
+
+# -- configuration and settings -------------------------------------------------------------
+
+
+def read_config(run_dir) -> TransformerConfig:
+    """The run's `TransformerConfig`; errors name the file."""
+    return TransformerConfig.from_file(Path(run_dir) / CONFIG_FILE)
+
+
+def read_settings(run_dir) -> dict[str, Any]:
+    """The run's run.json (dataset, languages, data directory), or {} where it has none."""
+    path = Path(run_dir) / SETTINGS_FILE
+    return read_json_file(path) if path.is_file() else {}
+
+
+def prepare(run, config: TransformerConfig):
+    """Creates the run directory `run.output`, or checks that a rerun uses the same
+    configuration and data; writes config.json and run.json.
+
+    `run` is a `training.TrainingRun` (its `output`, `allow_training_changes`, data fields and
+    `to_dict()`). A directory whose run failed before it learned anything (bad data, options) is
+    not held to the configuration it wrote: the corrected command simply starts it again.
+    """
+    run.output.mkdir(parents=True, exist_ok=True)
+    config_path = run.output / CONFIG_FILE
+    run_path = run.output / SETTINGS_FILE
+    trained = any((run.output / name).exists() for name in TRAINED_STATE)
+    saved_run = read_json_file(run_path) if trained and run_path.exists() else {}
+    if saved_run:
+        check_same_data(run_path, saved_run, run)
+    changed = changes_from_saved(config_path, config) if trained else {}
+    training_changes = saved_run.get("training_changes", [])
+    if changed:
+        check_resume_changes(config_path, changed, run.allow_training_changes)
+        logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
+        training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
+    config_path.write_text(config.to_json())
+    settings = run.to_dict()
+    # A resume without --subwords still holds the adopted vocabulary: keep where it came from.
+    settings["subwords"] = settings["subwords"] or saved_run.get("subwords")
+    run_path.write_text(json.dumps({**settings, "training_changes": training_changes}, indent=2))
+
+
+def check_same_data(run_path: Path, saved_run: dict, run):
+    """Raises unless `run` reads the data that the run saved in `run_path` was trained on. A
+    field missing from an older run.json is taken as the default of `run`'s class."""
+    for field, flag in DATA_FLAGS.items():
+        saved, requested = saved_run.get(field, getattr(type(run), field)), getattr(run, field)
+        if saved == requested:
+            continue
+        if field == "lowercase":
+            hint = f"{'add' if saved else 'drop'} {flag} to resume"
+        else:
+            hint = f"{flag} {saved} resumes it; another --output starts a new run"
+        raise ConfigError(
+            f"{run_path} was trained with {field}={saved!r}, this rerun asks for {requested!r}: "
+            f"{hint}"
+        )
+
+
+def changes_from_saved(config_path: Path, config: TransformerConfig) -> dict:
+    """`{field: (saved, requested)}` for each field that differs from `config_path`, if any."""
+    if not config_path.exists():
+        return {}
+    saved = TransformerConfig.from_file(config_path).to_dict()
+    return {k: (v, getattr(config, k)) for k, v in saved.items() if v != getattr(config, k)}
+
+
+def check_resume_changes(config_path: Path, changed: dict, allowed: bool):
+    """Raises unless every change is one `--allow-training-changes` permits, and it is given."""
+    fixed = sorted(set(changed) - CHANGEABLE_ON_RESUME)
+    if fixed or not allowed:
+        hint = (
+            f"{fixed} fix the model or its schedule"
+            if fixed
+            else "add --allow-training-changes to resume with them"
+        )
+        raise ConfigError(
+            f"{config_path} holds a different configuration (saved, requested): {changed}; "
+            f"{hint}, or use another --output"
+        )
+
+
+# -- the subword vocabulary -----------------------------------------------------------------
+
+
+def check_subwords(run):
+    """Raises unless `run.subwords` (`train --subwords`) is the vocabulary the run holds, if it
+    holds one (its weights index that one), and a SentencePiece model of the dataset's kind and
+    the run's case folding. Called before anything is written."""
+    from pipelines import check_sentencepiece_model, vocabulary_kind
+
+    held = run.output / SUBWORDS_FILE
+    if not run.subwords.is_file():
+        raise ConfigError(f"--subwords {run.subwords}: no such file")
+    if held.exists() and held.read_bytes() != run.subwords.read_bytes():
+        raise ConfigError(
+            f"--subwords {run.subwords} is not the vocabulary {held} this run began with, which "
+            "its weights index: resume without --subwords, or start a new run with another --output"
+        )
+    try:
+        check_sentencepiece_model(run.subwords, vocabulary_kind(run.dataset), run.lowercase)
+    except ValueError as error:
+        raise ConfigError(f"--subwords: {error}") from error
+
+
+def adopt_subwords(run):
+    """Copies `run.subwords` into the run as its vocabulary, unless it holds it already, so that
+    the run uses it rather than learn one from its training split: a teacher's vocabulary for a
+    student on distilled data (which would otherwise count each source sentence twice), or one
+    file for every worker."""
+    held = run.output / SUBWORDS_FILE
+    if not held.exists():
+        write_atomically(held, lambda partial: shutil.copyfile(run.subwords, partial))
+
+
+# -- weights --------------------------------------------------------------------------------
+
+
+def save_weights_atomically(model, path) -> None:
+    """`model.save_weights(path)` that never leaves a partly written file at `path`.
+
+    A run killed while HDF5 writes (kill -9, out of memory, a preempted machine) would otherwise
+    leave a truncated file that the next resume or average cannot read. The weights go to a
+    sibling file first and `os.replace` renames it over `path`, which POSIX makes atomic.
+    """
+    write_atomically(path, lambda partial: model.save_weights(partial, overwrite=True))
+
+
+def load_weights_checked(model, path: Path):
+    """`model.load_weights(path)`, with an error naming the file when it cannot be read."""
+    if not path.exists():
+        raise CheckpointError(f"checkpoint file {path} does not exist")
+    try:
+        model.load_weights(path)
+    except Exception as error:  # h5py/keras raise many types for truncated or foreign files
+        raise CheckpointError(
+            f"checkpoint file {path} is unreadable or corrupt: {error}"
+        ) from error
+
+
+def list_checkpoints(directory) -> list[Path]:
+    """`ckpt-<step>.weights.h5` files in `directory`, oldest step first."""
+    files = [
+        p for p in Path(directory).glob("ckpt-*.weights.h5") if CHECKPOINT_PATTERN.search(p.name)
+    ]
+    return sorted(files, key=checkpoint_step)
+
+
+def checkpoint_step(path) -> int:
+    return int(CHECKPOINT_PATTERN.search(Path(path).name).group(1))
+
+
+def checkpoint_path(directory, step: int) -> Path:
+    return Path(directory) / f"ckpt-{step:08d}.weights.h5"
+
+
+def averaged_weights_path(run_dir, last: int) -> Path:
+    """Where `average --last N` writes by default."""
+    return Path(run_dir) / f"averaged-last{last}.weights.h5"
+
+
+def run_weights(run_dir) -> Path:
+    """The weights a run directory offers, best first: averaged checkpoints (the newest average,
+    the one `average` wrote last), final, latest checkpoint."""
+    run_dir = Path(run_dir)
+    averaged = sorted(
+        run_dir.glob("averaged*.weights.h5"),
+        key=lambda p: (p.stat().st_mtime_ns, p.name),
+        reverse=True,
+    )
+    for candidate in [*averaged, run_dir / FINAL_WEIGHTS]:
+        if candidate.is_file():
+            return candidate
+    checkpoints = list_checkpoints(run_dir / CHECKPOINTS_DIR)
+    if checkpoints:
+        return checkpoints[-1]
+    raise CheckpointError(f"no weights in {run_dir} (averaged*, {FINAL_WEIGHTS}, checkpoints/)")
+
+
+def member_run_directory(path: Path) -> Path | None:
+    """The run a weights file belongs to: the directory itself, or the nearest one above a
+    weights file that holds a config.json (a run's, or its checkpoints/'s parent)."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    return next((p for p in path.parents if (p / CONFIG_FILE).is_file()), None)
+
+
+def evaluation_directory(run_dir, weights: Path, ensemble=()) -> Path:
+    """RUN/eval/<name>: the weights' name (`model`, `averaged-last5`), and with an ensemble
+    `ensemble-<weights>+<member>...`, each member by its run's name (and a weights file's)."""
+    stem = Path(weights).name.split(".")[0]
+    if ensemble:
+        stem = "+".join([f"ensemble-{stem}", *map(_member_name, map(Path, ensemble))])
+    return Path(run_dir) / EVAL_DIR / stem
+
+
+def _member_name(member: Path) -> str:
+    run = member_run_directory(member)
+    return run.name if member.is_dir() else f"{run.name}-{member.name.split('.')[0]}"
+
+
+# -- metrics.jsonl --------------------------------------------------------------------------
+
+
+def read_metrics(path) -> list[dict]:
+    """The records of a `metrics.jsonl` (or of the run directory holding one), each with
+    `minutes` of training time since the start, without the steps that a later process, resumed
+    from an earlier backup, trained again.
+
+    Each process counts its time from its own start; the processes are laid end to end.
+
+    Errors name the file and line of a record that is not JSON. An unfinished last line (a
+    process writing it now, or killed while writing) is left out.
+    """
+    path = Path(path)
+    path = path / METRICS_FILE if path.is_dir() else path
+    records, offset, previous = [], 0.0, 0.0
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                if not line.endswith("\n"):
+                    break
+                raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from error
+            if record["time"] < previous:  # a new process: resumed from its backup
+                offset += previous
+            previous = record["time"]
+            if record["kind"] == "start":
+                records = [r for r in records if r["step"] <= record["step"]]
+            else:
+                records.append({**record, "minutes": (offset + record["time"]) / 60.0})
+    return records

@@ -1,0 +1,6 @@
+"""Serving a trained model: export and the server.
+
+- `saved_model`: a SavedModel in TensorFlow Serving's layout, with beam-search signatures.
+- `tflite`: a LiteRT (TFLite) model of builtin ops.
+- `server`: a TF-Serving-compatible REST and gRPC endpoint over an export base path.
+"""

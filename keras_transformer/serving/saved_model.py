@@ -1,0 +1,253 @@
+"""Export for serving: a SavedModel whose signatures translate raw strings with §6.1's beam search.
+
+The directory layout is the one TensorFlow Serving loads, one integer version per export:
+
+    <base>/<version>/saved_model.pb, variables/, assets/subwords.model
+
+A new export takes the next version number, and is written to a hidden directory first and
+renamed into place, so a server watching `<base>` never sees half a model.
+
+Signatures (everything in the graph: tokenization, beam search with its cache, detokenization):
+
+    serving_default    text [None] string                       -> translations [None] string,
+                                                                   scores [None] float32
+    translate_options  text, beam_size [] int32, alpha [] float32,
+                       extra_length [] int32                    -> translations, scores
+    translate_ids      source_ids [None, None] int32 (PAD = 0, EOS-terminated), beam_size,
+                       alpha, extra_length                      -> target_ids [None, None] int32,
+                                                                   scores
+
+A beam size of 1 decodes greedily (scores are then log-probabilities, as `Translator` gives).
+A request's beam size must be 1 to `MAX_REQUEST_BEAM` and its extra length 0 or more: the graph
+checks them before decoding, so a server answers InvalidArgument rather than run out of memory.
+`serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
+export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
+`keras_transformer.parsing.constituency.repaired_tree`, or well-formed as decoded when the
+translator carries a `tree_constraint.WellFormedTrees`, which then goes into every signature).
+TensorFlow Serving requires every input of a signature, so the search settings get a signature of
+their own rather than optional inputs.
+With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
+as one XLA program: on the project's 2-core CPU a one-sentence request takes 2.7-2.9x less time
+(benchmarks/RESULTS.md, "Serving with XLA"). XLA compiles once per request shape and search
+settings, seconds each; the search pads a request's batch to a size in
+`translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
+`translator.LENGTH_BUCKET`, so a server compiles a bounded set of programs, not one per batch
+size and width. Such an export also holds TensorFlow Serving's warm-up requests
+(`WARMUP_REQUESTS`): one sentence (or each batch size asked for at export) at every padded width
+up to `WARMUP_MAX_WIDTH` with `serving_default`'s search, compiled when a server loads the
+version rather than on a user's request; other batches compile on their first request (with TF
+Serving's batching, `allowed_batch_sizes` taken from `ROW_BUCKETS` and warmed up at export meet
+the same programs).
+TensorFlow Serving runs such a model only when started with `--xla_cpu_compilation_enabled=true`.
+Only core TensorFlow ops and tensorflow-text's `SentencepieceTokenizer` /
+`FastWordpieceTokenizer` ops appear; beams are reordered with plain gathers (no `GatherTree`).
+Loading needs `import tensorflow_text` (it registers those ops) and none of this project's code.
+
+Example (needs a trained run, so not run as a doctest)::
+
+    export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
+"""
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.decoding.search import SEARCH, best_hypotheses
+from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
+from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
+
+logger = logging.getLogger(__name__)
+
+TEXT = tf.TensorSpec([None], tf.string, name="text")
+SOURCE_IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+BEAM = tf.TensorSpec([], tf.int32, name="beam_size")
+ALPHA_SPEC = tf.TensorSpec([], tf.float32, name="alpha")
+EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
+
+
+# The widest beam a request may ask for: the decoding cache, and so a request's memory, grows
+# with it.
+MAX_REQUEST_BEAM = 64
+
+
+def checked_request_search(beam_size, extra_length):
+    """A request's `beam_size` and `extra_length` once checked (1..MAX_REQUEST_BEAM, ≥ 0); out of
+    range, running the signature raises InvalidArgumentError before any decoding."""
+    checks = [
+        tf.debugging.assert_greater_equal(beam_size, 1, message="beam_size must be at least 1"),
+        tf.debugging.assert_less_equal(
+            beam_size, MAX_REQUEST_BEAM, message=f"beam_size must be at most {MAX_REQUEST_BEAM}"
+        ),
+        tf.debugging.assert_non_negative(extra_length, message="extra_length must be 0 or more"),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(beam_size), tf.identity(extra_length)
+
+
+class TranslationModule(tf.Module):
+    """The trained model and its tokenizer with the serving functions (see module docstring)."""
+
+    def __init__(self, model, tokenizer, search=None, constraint=None, jit_compile=False):
+        super().__init__(name="translation")
+        self.model = model
+        self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
+        self.default_search = search or SEARCH
+        self.constraint = constraint
+        self._compiled_search = (
+            tf.function(self._best_hypotheses, jit_compile=True) if jit_compile else None
+        )
+
+    def source_ids(self, text):
+        """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
+        pieces = self.tokenizer.tokenize(text)[:, : self.model.config.max_length - 1]
+        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
+        return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
+
+    def _best_hypotheses(self, source_ids, beam_size, alpha, extra_length):
+        return best_hypotheses(
+            self.model, source_ids, beam_size, alpha, extra_length, self.constraint
+        )
+
+    def search(self, source_ids, beam_size, alpha, extra_length):
+        if self._compiled_search is None:
+            return self._best_hypotheses(source_ids, beam_size, alpha, extra_length)
+        # XLA compiles once per source shape, beam size and extra length: padding the width and
+        # the batch to buckets bounds the shapes. The outputs are cut back to
+        # the request's rows and to the unpadded width's budget (§6.1's limits count non-PAD ids,
+        # so the columns cut are PAD): the same as without XLA.
+        # Tensors, not Python numbers, so that every signature calls the one traced search, and a
+        # shape compiled for one (say, by a warm-up request) serves them all.
+        beam_size = tf.convert_to_tensor(beam_size, tf.int32)
+        alpha = tf.convert_to_tensor(alpha, tf.float32)
+        extra_length = tf.convert_to_tensor(extra_length, tf.int32)
+        max_length = self.model.config.max_length
+        batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
+        target_ids, scores = self._compiled_search(padded, beam_size, alpha, extra_length)
+        return target_ids[:batch, : tf.minimum(width + extra_length, max_length)], scores[:batch]
+
+    def translate(self, text, beam_size, alpha, extra_length):
+        target_ids, scores = self.search(self.source_ids(text), beam_size, alpha, extra_length)
+        return {"translations": self.tokenizer.detokenize(target_ids), "scores": scores}
+
+    @tf.function(input_signature=[TEXT])
+    def serve_text(self, text):
+        return self.translate(text, **self.default_search)
+
+    @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
+    def serve_text_options(self, text, beam_size, alpha, extra_length):
+        beam_size, extra_length = checked_request_search(beam_size, extra_length)
+        return self.translate(text, beam_size, alpha, extra_length)
+
+    @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
+    def serve_ids(self, source_ids, beam_size, alpha, extra_length):
+        beam_size, extra_length = checked_request_search(beam_size, extra_length)
+        target_ids, scores = self.search(source_ids, beam_size, alpha, extra_length)
+        return {"target_ids": target_ids, "scores": scores}
+
+    def signatures(self):
+        return {
+            "serving_default": self.serve_text,
+            "translate_options": self.serve_text_options,
+            "translate_ids": self.serve_ids,
+        }
+
+
+def versions(base) -> list[int]:
+    """The integer version directories under `base`, ascending."""
+    base = Path(base)
+    if not base.is_dir():
+        return []
+    return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def pad_width_to_bucket(source_ids, bucket, limit):
+    """Source ids `[batch, width]` with PAD columns up to `translator.bucketed_width(width,
+    bucket, limit)`: `translator.pad_to_bucket` in the graph."""
+    width = tf.shape(source_ids)[1]
+    rounded = -(-width // bucket) * bucket
+    target = tf.maximum(tf.minimum(rounded, limit), width)
+    return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
+
+
+# Where TensorFlow Serving looks for requests to run once at load, before it serves a version.
+WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
+# The widest source a warm-up compiles for: room for Multi30k's sentences. Wider requests compile
+# when they first come.
+WARMUP_MAX_WIDTH = 64
+
+
+def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
+    """TensorFlow Serving warm-up records (`PredictionLog`s) for an export with XLA: a
+    `translate_ids` request with `search` per padded source width up to `WARMUP_MAX_WIDTH` and
+    batch size in `batch_sizes`, each compiling the search that `serving_default` shares (for
+    the size's row bucket), then one `serving_default` request."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    def record(signature_name, inputs):
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name)
+        )
+        for name, value in inputs.items():
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+        return prediction_log_pb2.PredictionLog(
+            predict_log=prediction_log_pb2.PredictLog(request=request)
+        )
+
+    # Every width `pad_width_to_bucket` gives a request up to the widest warmed up.
+    widest = min(WARMUP_MAX_WIDTH, max_length)
+    widths = sorted({bucketed_width(n, LENGTH_BUCKET, max_length) for n in range(1, widest + 1)})
+    records = [
+        record(
+            "translate_ids",
+            {
+                # Any ids do (here unknown words): XLA compiles for the shape.
+                "source_ids": tf.constant([[UNK_ID] * (width - 1) + [EOS_ID]] * rows, tf.int32),
+                "beam_size": tf.constant(search["beam_size"], tf.int32),
+                "alpha": tf.constant(search["alpha"], tf.float32),
+                "extra_length": tf.constant(search["extra_length"], tf.int32),
+            },
+        )
+        for rows in batch_sizes
+        for width in widths
+    ]
+    return records + [record("serving_default", {"text": tf.constant(["Warm-up."])})]
+
+
+def export_saved_model(
+    translator, base, search=None, jit_compile=False, warmup_batch_sizes=(1,)
+) -> Path:
+    """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
+
+    `search` ({beam_size, alpha, extra_length}) is `serving_default`'s, §6.1's by default.
+    `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
+    warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load,
+    for requests of each of `warmup_batch_sizes` sentences (a server's batch sizes, from TF
+    Serving's `allowed_batch_sizes`, say; each costs a compilation a width at load).
+    """
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    version = (versions(base) or [0])[-1] + 1
+    final, staging = base / str(version), base / f".{version}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    module = TranslationModule(
+        translator.model, translator.tokenizer, search, translator.constraint, jit_compile
+    )
+    tf.saved_model.save(module, str(staging), signatures=module.signatures())
+    if jit_compile:
+        requests = warmup_requests(
+            base.name,
+            translator.model.config.max_length,
+            module.default_search,
+            warmup_batch_sizes,
+        )
+        (staging / WARMUP_REQUESTS).parent.mkdir()
+        with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:
+            for request in requests:
+                writer.write(request.SerializeToString())
+    os.rename(staging, final)
+    logger.info("exported version %d to %s", version, final)
+    return final

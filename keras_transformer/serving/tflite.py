@@ -1,0 +1,86 @@
+"""TFLite (LiteRT) export: the model and its beam search (§6.1) as one builtin-ops-only model.
+
+`export_tflite` writes a model of builtin ops only (the LiteRT interpreters
+cannot run `SELECT_TF_OPS`), so tokenization stays with the caller: one signature `translate`,
+`source_ids [1, source_length]` int32 (PAD = 0, EOS-terminated) → `target_ids [1, L]` int32 and
+`scores [1]`, with L = min(source_length + extra_length, max_length). Batch, lengths, beam size,
+α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static.
+Variables are frozen into constants first: LiteRT cannot read resource variables from inside a
+`WHILE` body. `quantize="dynamic"` stores weights as int8 (dynamic-range quantization).
+
+Example (needs a trained run, so not run as a doctest)::
+
+    export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende.tflite")
+"""
+
+import logging
+import tempfile
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+from keras_transformer.decoding.search import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
+
+logger = logging.getLogger(__name__)
+
+# The longest source a TFLite model takes, in subwords with EOS: room for Multi30k's sentences.
+TFLITE_SOURCE_LENGTH = 64
+
+
+def tflite_search_function(model, source_length, beam_size, alpha, extra_length, constraint=None):
+    """The decoding `tf.function` for TFLite: fixed batch 1 and lengths; greedy if beam 1."""
+    spec = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
+
+    @tf.function(input_signature=[spec])
+    def translate(source_ids):
+        target_ids, scores = best_hypotheses(
+            model, source_ids, beam_size, alpha, extra_length, constraint
+        )
+        return {"target_ids": target_ids, "scores": scores}
+
+    return translate
+
+
+def export_tflite(
+    translator,
+    path,
+    quantize=None,
+    source_length=None,
+    beam_size=BEAM_SIZE,
+    alpha=ALPHA,
+    extra_length=EXTRA_LENGTH,
+) -> Path:
+    """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
+
+    `source_length`: the fixed source width in subwords with EOS; default
+    `TFLITE_SOURCE_LENGTH`, or the model's `max_length` if that is shorter.
+    """
+    if quantize not in (None, "dynamic"):
+        raise ValueError(f"quantize must be None or 'dynamic', got {quantize!r}")
+    max_source = translator.model.config.max_length
+    source_length = source_length or min(TFLITE_SOURCE_LENGTH, max_source)
+    if not 1 < source_length <= max_source:
+        raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
+    search = tflite_search_function(
+        translator.model, source_length, beam_size, alpha, extra_length, translator.constraint
+    ).get_concrete_function()
+    frozen = convert_variables_to_constants_v2(search)
+    # A variable-free module around the frozen graph keeps the signature's names in TFLite.
+    module = tf.Module()
+    module.translate = tf.function(
+        lambda source_ids: tf.nest.pack_sequence_as(search.structured_outputs, frozen(source_ids)),
+        input_signature=search.structured_input_signature[0],
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        tf.saved_model.save(module, scratch, signatures={"translate": module.translate})
+        converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize == "dynamic":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        flatbuffer = converter.convert()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(flatbuffer)
+    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
+    return path

@@ -1,0 +1,451 @@
+"""Callbacks that make `model.fit` runs observable and resumable (§5.2: checkpoints, averaging).
+
+- `TokenThroughput` adds non-padding target tokens per second to the progress bar and logs.
+- `MetricsJsonl` appends every logged value to `metrics.jsonl` with the step and wall time;
+  `run_directory.read_metrics` reads it back, the resumed processes laid end to end.
+- `RollingCheckpoints` writes `ckpt-<step>.weights.h5` every N steps or minutes, keeping the last
+  K: the files that checkpoint averaging reads (§6.1 averages the last 5 or 20).
+- `ValidationScores` greedy-decodes a fixed slice of the validation split every K steps and logs
+  its scores (sacreBLEU and chrF, or parsing F1) to TensorBoard and `metrics.jsonl`.
+- `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget;
+  `StopOnPlateau` once the validation loss has not improved for N epochs.
+- `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
+  restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
+"""
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import keras
+
+from keras_transformer.run_directory import (
+    CheckpointError,
+    checkpoint_path,
+    checkpoint_step,
+    list_checkpoints,
+    save_weights_atomically,
+)
+from pipelines.corpus import write_atomically
+
+logger = logging.getLogger(__name__)
+
+
+def _step(model) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
+class EveryUpdate(keras.callbacks.Callback):
+    """Calls `on_update(step, logs)` when a batch ends with a new optimizer step.
+
+    Under gradient accumulation several batches end at one step, the first ones before any
+    update at all; only the batch that made the update counts.
+    """
+
+    def on_train_begin(self, logs=None):
+        self._step_seen = _step(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = _step(self.model)
+        if step != self._step_seen:
+            self._step_seen = step
+            self.on_update(step, logs)
+
+    def on_update(self, step, logs):
+        raise NotImplementedError
+
+
+class TokenThroughput(keras.callbacks.Callback):
+    """Puts `target_tokens_per_s` (non-padding target tokens / s) into the batch logs.
+
+    Reads the `target_tokens` metric, so it must be compiled into the model's metrics.
+    """
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start, self._rate = time.perf_counter(), None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs is None or "target_tokens" not in logs:
+            return
+        elapsed = time.perf_counter() - self._start
+        self._rate = float(logs["target_tokens"]) / max(elapsed, 1e-9)
+        logs["target_tokens_per_s"] = self._rate
+
+    def on_epoch_end(self, epoch, logs=None):
+        # The epoch's training rate as of its last batch: validation has run since, and its
+        # time is not training time.
+        if logs is not None and self._rate is not None:
+            logs["target_tokens_per_s"] = self._rate
+
+
+class TraceCounter(keras.callbacks.Callback):
+    """Puts `train_traces`, how often the training step has been traced, into the epoch logs.
+
+    A trace builds the step's graph (under XLA a compilation follows). With fixed bucket
+    shapes the count stops growing after the first epoch; growth later means retracing,
+    which costs seconds a batch, and is logged as a warning.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.traces = 0
+        self._count_after_epoch = None
+
+    def on_train_begin(self, logs=None):
+        self._train_step = train_step = self.model.train_step
+
+        def counted_train_step(data):
+            self.traces += 1  # Python code in a traced function runs once per trace
+            return train_step(data)
+
+        self.model.train_step = counted_train_step
+        # fit made its train function from the unwrapped step already; nothing is traced yet.
+        self.model.make_train_function(force=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._count_after_epoch is not None and self.traces > self._count_after_epoch:
+            logger.warning(
+                "the training step was retraced in epoch %d (%d traces in all)", epoch, self.traces
+            )
+        self._count_after_epoch = self.traces
+        if logs is not None:
+            logs["train_traces"] = self.traces
+
+    def on_train_end(self, logs=None):
+        self.model.train_step = self._train_step
+
+
+class MetricsJsonl(EveryUpdate):
+    """Appends `{"step", "epoch", "time", "kind", ...metrics}` lines to a file.
+
+    Each process begins with a `start` record of the step it trains from, so that a reader can
+    drop what an earlier process logged past that step: work a resume from the backup undid.
+    """
+
+    def __init__(self, path, every_steps=50):
+        super().__init__()
+        self.path = Path(path)
+        self.every_steps = every_steps
+        self._epoch = 0
+        self._start = time.time()
+
+    def write(self, kind, logs):
+        record = {
+            "kind": kind,
+            "step": _step(self.model),
+            "epoch": self._epoch,
+            "time": round(time.time() - self._start, 3),
+            **{k: float(v) for k, v in (logs or {}).items()},
+        }
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        _drop_unterminated_record(self.path)
+        self.write("start", {})
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_update(self, step, logs):
+        if step % self.every_steps == 0:
+            self.write("train", logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        # A rerun trains a cut-short epoch again: its record is no epoch's for --patience.
+        self.write("partial_epoch" if cut_short(self.model) else "epoch", logs)
+
+
+def _drop_unterminated_record(path):
+    """Cuts a last line without its newline: a record that a killed process did not finish, which
+    the next record would otherwise be appended to."""
+    if not path.exists():
+        return
+    text = path.read_bytes()
+    if text and not text.endswith(b"\n"):
+        kept = text[: text.rfind(b"\n") + 1]
+        logger.warning(
+            "%s: dropped an unfinished last record (%d bytes)", path, len(text) - len(kept)
+        )
+        path.write_bytes(kept)
+
+
+class RollingCheckpoints(EveryUpdate):
+    """Saves weights every `every_steps` steps and/or `every_minutes`, keeping the last `keep`.
+
+    A run resumed from a backup older than its newest checkpoints trains those steps again: the
+    checkpoints past the step it resumed at move to `undone-from-<step>/` when it begins, so that
+    averaging never mixes weights of the undone steps with the new ones
+    (`run_directory.read_metrics` drops their records), and nothing trained is deleted (without
+    its backup a run starts at step 0).
+    """
+
+    def __init__(self, directory, every_steps=None, every_minutes=None, keep=5):
+        super().__init__()
+        self.directory = Path(directory)
+        self.every_steps = every_steps
+        self.every_minutes = every_minutes
+        self.keep = keep
+        self._last_save = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        undone = [
+            p for p in list_checkpoints(self.directory) if checkpoint_step(p) > self._step_seen
+        ]
+        if not undone:
+            return
+        aside = self.directory / f"undone-from-{self._step_seen:08d}"
+        aside.mkdir(exist_ok=True)
+        for path in undone:
+            path.rename(aside / path.name)
+        logger.warning(
+            "resumed at step %d: %d later checkpoint(s), of steps trained again now, moved to %s",
+            self._step_seen,
+            len(undone),
+            aside,
+        )
+
+    def on_update(self, step, logs):
+        due_by_steps = self.every_steps and step % self.every_steps == 0
+        due_by_time = (
+            self.every_minutes and time.monotonic() - self._last_save >= 60 * self.every_minutes
+        )
+        if due_by_steps or due_by_time:
+            self.save(step)
+
+    def on_train_end(self, logs=None):
+        self.save(_step(self.model))
+
+    def save(self, step):
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = checkpoint_path(self.directory, step)
+        if not path.exists():
+            save_weights_atomically(self.model, path)
+        self._last_save = time.monotonic()
+        for old in list_checkpoints(self.directory)[: -self.keep]:
+            old.unlink()
+
+
+class ValidationScores(EveryUpdate):
+    """Scores of greedy outputs for fixed validation sentences, every `every_steps` steps.
+
+    Args:
+        tokenizer: the run's `SubwordTokenizer`.
+        sources, references: the validation slice (lists of str).
+        score: `(sources, hypotheses, references) -> dict`; its float values are logged with a
+            "val_" prefix (an `evaluation.Task`'s: sacreBLEU, chrF, ...; or parsing F1, ...).
+        every_steps: evaluation period in optimizer steps (and once at the end of training).
+        log_dir: TensorBoard directory; scalars go to its `<kind>/` run.
+        metrics: the run's `MetricsJsonl`, which gets `kind: <kind>` lines.
+        kind: names the records, "bleu" or "parsing".
+        extra_length: the search's output budget beyond the input length.
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        sources,
+        references,
+        score,
+        every_steps,
+        log_dir,
+        metrics,
+        kind,
+        extra_length,
+    ):
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.sources, self.references = sources, references
+        self.score = score
+        self.every_steps = every_steps
+        self.log_dir = Path(log_dir)
+        self.metrics = metrics
+        self.kind = kind
+        self.extra_length = extra_length
+        self._translator = None
+        self._last_step = None
+
+    def on_update(self, step, logs):
+        if step % self.every_steps == 0:
+            self.evaluate()
+
+    def on_train_end(self, logs=None):
+        self.evaluate()
+
+    def evaluate(self):
+        import tensorflow as tf
+
+        from keras_transformer.decoding.translator import Translator
+
+        step = _step(self.model)
+        if step == self._last_step:
+            return
+        self._last_step = step
+        if self._translator is None:  # one translator, so its traced search is reused
+            self._translator = Translator(self.model, self.tokenizer)
+        start = time.perf_counter()
+        hypotheses = self._translator.translate(
+            self.sources, beam_size=1, extra_length=self.extra_length, progress=False
+        )
+        scores = self.score(self.sources, hypotheses, self.references)
+        scores = {f"val_{k}": v for k, v in scores.items() if isinstance(v, float)}
+        scores[f"val_{self.kind}_seconds"] = time.perf_counter() - start
+        self.metrics.write(self.kind, scores)
+        with tf.summary.create_file_writer(str(self.log_dir / self.kind)).as_default(step=step):
+            for name, value in scores.items():
+                tf.summary.scalar(name, value)
+        logger.info(
+            "step %d: greedy validation on %d sentences: %s",
+            step,
+            len(self.sources),
+            ", ".join(f"{k} {v:.2f}" for k, v in scores.items()),
+        )
+
+
+def cut_short(model) -> bool:
+    """In `on_epoch_end`: whether a batch stopped training before the epoch's end (--max-steps,
+    --max-minutes), Keras ending the epoch anyway.
+
+    `StopOnPlateau`, the only callback that stops at an epoch's end, runs after every callback
+    that asks (`training.build_callbacks` puts it last). An epoch stopped on its last batch is
+    complete: it counts for --patience and a rerun goes on with the next one.
+    """
+    return bool(model.stop_training) and getattr(model, "stopped_mid_epoch", True)
+
+
+def stop_after(callback: keras.callbacks.Callback, batch: int | None) -> None:
+    """Stops `callback.model`'s fit after `batch` of the epoch, noting for `cut_short` whether
+    batches of the epoch are left (`None`: before any batch)."""
+    steps = (callback.params or {}).get("steps")
+    callback.model.stopped_mid_epoch = batch is None or steps is None or batch + 1 < steps
+    callback.model.stop_training = True
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Stops training once the optimizer has taken `max_steps` steps (resumed runs included)."""
+
+    def __init__(self, max_steps):
+        super().__init__()
+        self.max_steps = max_steps
+
+    def on_train_begin(self, logs=None):
+        self.on_train_batch_end(None)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if _step(self.model) >= self.max_steps:
+            stop_after(self, batch)
+
+
+class StopAfterMinutes(keras.callbacks.Callback):
+    """Stops training after a wall-clock budget of this process."""
+
+    def __init__(self, minutes):
+        super().__init__()
+        self.seconds = 60 * minutes
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.monotonic() - self._start >= self.seconds:
+            stop_after(self, batch)
+
+
+class StopOnPlateau(keras.callbacks.Callback):
+    """Stops once the validation loss has not improved for `patience` epochs.
+
+    fairseq's `--patience`, which the published Multi30k Transformer-Tiny recipe sets to 10.
+    `history` is the validation losses of the epochs trained before a resume, so that the count
+    goes on across processes.
+    """
+
+    def __init__(self, patience, history=()):
+        super().__init__()
+        self.patience = patience
+        self.best, self.stale_epochs = math.inf, 0
+        for loss in history:
+            self.observe(loss)
+
+    def observe(self, val_loss):
+        if val_loss < self.best:
+            self.best, self.stale_epochs = val_loss, 0
+        else:
+            self.stale_epochs += 1
+
+    @property
+    def plateaued(self) -> bool:
+        return self.stale_epochs >= self.patience
+
+    def on_epoch_end(self, epoch, logs=None):
+        if cut_short(self.model) or not logs or "val_loss" not in logs:
+            return
+        self.observe(float(logs["val_loss"]))
+        if self.plateaued:
+            logger.info(
+                "stopping: the validation loss has not improved on %.4f for %d epochs",
+                self.best,
+                self.stale_epochs,
+            )
+            self.model.stop_training = True
+
+
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` whose failure to read a backup is an error naming the file.
+
+    Restores weights, optimizer slots and the step counter (so the learning-rate schedule goes on
+    where it stopped) and restarts the interrupted epoch: the data position is kept by epoch.
+    Backs up every `save_freq` batches and when training stops.
+    """
+
+    @property
+    def has_backup(self) -> bool:
+        return Path(self._weights_path).exists()
+
+    def on_train_begin(self, logs=None):
+        try:
+            super().on_train_begin(logs)
+        except Exception as error:  # any unreadable backup: never restart silently
+            raise CheckpointError(
+                f"cannot resume from the backup in {self.backup_dir} "
+                f"({self._weights_path}): {error}. Delete that directory to start over."
+            ) from error
+        # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
+        # the end of the restarted epoch would say epoch 0.
+        self._current_epoch = self.resumed_epoch
+        if self.has_backup:
+            logger.info(
+                "resumed from %s at step %d, restarting epoch %d",
+                self._weights_path,
+                _step(self.model),
+                self.resumed_epoch,
+            )
+
+    def on_epoch_end(self, epoch, logs=None):
+        # A cut-short epoch stays the one to restart: the backup at the end of training says so,
+        # and none says otherwise before it.
+        if not cut_short(self.model):
+            super().on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs=None):
+        # A run that stops (--max-steps, --max-minutes, --patience) backs up where it stopped, so
+        # that a rerun goes on from there, not from the last periodic backup up to
+        # --checkpoint-every updates earlier, which it would train again.
+        self._save_model()
+        super().on_train_end(logs)
+
+    def _save_model(self):
+        # Keras writes both files in place; a kill during the write made the backup unreadable.
+        # The weights go first: a kill between the two renames then repeats an epoch's data
+        # rather than skipping it.
+        Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
+        save_weights_atomically(self.model, self._weights_path)
+        position = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        write_atomically(self._training_metadata_path, lambda partial: partial.write_text(position))
+
+    @property
+    def resumed_epoch(self) -> int:
+        return int(getattr(self.model, "_initial_epoch", 0) or 0)

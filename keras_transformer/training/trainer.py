@@ -1,0 +1,545 @@
+"""Training with `model.fit` under a distribution strategy, §5: resumable and observable.
+
+The run directory's files and the rules of a resume are `keras_transformer.run_directory`'s.
+Rerunning the same command resumes from its `backup/`: weights, optimizer slots and the step
+counter (hence the learning-rate schedule) are restored and the interrupted epoch restarts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import run_directory
+from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.model import Transformer
+from keras_transformer.training import callbacks as run_callbacks
+from keras_transformer.training.distribution import create_strategy, is_multi_worker, worker_name
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import MaskedAccuracy, Perplexity, TargetTokens
+from keras_transformer.training.optimizer import create_optimizer
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# Under XLA every batch shape is one compilation (25-60 s on a 2-core CPU), so the buckets are
+# few and fitted to the training lengths: 6 pad Multi30k to 89% real tokens (1-token buckets:
+# 94%, ~35 shapes).
+XLA_BUCKETS = 6
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """Where the data is, where the run goes, and how long and how it runs.
+
+    Hyperparameters live in `TransformerConfig`; these are the settings of one run.
+    """
+
+    output: Path
+    data_dir: Path
+    dataset: str = "multi30k"
+    source_language: str = "en"
+    target_language: str = "de"
+    lowercase: bool = False
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    patience: int | None = None
+    epochs: int = 1000
+    checkpoint_every: int | None = 500
+    checkpoint_minutes: float | None = None
+    keep_checkpoints: int = 5
+    devices: int | None = None
+    accumulate: int = 1
+    allow_training_changes: bool = False
+    precision: str = "float32"
+    jit_compile: bool = False
+    seed: int | None = 1234
+    subwords: Path | None = None
+    deterministic: bool = False
+    log_every: int = 50
+    bleu_every: int | None = 1000
+    bleu_sentences: int = 200
+    verbose: int = 1
+
+    def __post_init__(self):
+        self.output, self.data_dir = Path(self.output), Path(self.data_dir)
+        self.subwords = Path(self.subwords) if self.subwords else None
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
+        # Caught here, before anything is written: a 0 would otherwise divide by zero in a
+        # callback (--log-every), or mean "all" where it reads as "none" (--keep-checkpoints).
+        positive = {
+            "--max-steps": self.max_steps,
+            "--max-minutes": self.max_minutes,
+            "--patience": self.patience,
+            "--epochs": self.epochs,
+            "--checkpoint-minutes": self.checkpoint_minutes,
+            "--keep-checkpoints": self.keep_checkpoints,
+            "--devices": self.devices,
+            "--accumulate": self.accumulate,
+            "--log-every": self.log_every,
+            "--bleu-sentences": self.bleu_sentences,
+        }
+        for flag, value in positive.items():
+            if value is not None and value <= 0:
+                raise ConfigError(f"{flag} {value} must be positive")
+        for flag, value in (
+            ("--checkpoint-every", self.checkpoint_every),
+            ("--bleu-every", self.bleu_every),
+        ):
+            if value is not None and value < 0:
+                raise ConfigError(f"{flag} {value} must be positive, or 0 for never")
+
+    def to_dict(self):
+        return {
+            k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+
+def compile_model(
+    config: TransformerConfig, jit_compile: bool = False, accumulate: int = 1
+) -> Transformer:
+    """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
+    strategy's scope; each update accumulates `accumulate` micro-batches."""
+    model = Transformer(config)
+    model.compile(
+        optimizer=create_optimizer(config, accumulate),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        metrics=[MaskedAccuracy(), Perplexity(), TargetTokens()],
+        jit_compile=jit_compile,
+    )
+    # Adam's moments made now, not in the first traced step: a step that creates variables is
+    # traced a second time to run without creating them, seconds of tracing for nothing.
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
+    """`model.fit` that also works under `MultiWorkerMirroredStrategy`.
+
+    Keras 3 trips twice under MultiWorkerMirroredStrategy (keras-team/keras#20585,
+    tensorflow/tensorflow#72388), so for that strategy only:
+    - it builds metrics before the first step by reducing a distributed data batch, which fails;
+      a model without a strategy of its own defers that build to the first traced step, and
+      fitting inside the strategy's scope keeps the step itself distributed;
+    - it averages each step's scalar logs over workers along axis 0, which scalars lack; the
+      logs get a leading axis of one, so that average is the mean over workers.
+    """
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        model._distribute_strategy = None
+        model.train_step = _logs_with_worker_axis(model.train_step)
+        model.test_step = _logs_with_worker_axis(model.test_step)  # validation, likewise
+    with strategy.scope():
+        return model.fit(dataset, **fit_kwargs)
+
+
+def _logs_with_worker_axis(step):
+    return lambda data: {name: tf.reshape(value, [1]) for name, value in step(data).items()}
+
+
+def own_run(run: TrainingRun) -> TrainingRun:
+    """The run as this process keeps it.
+
+    In a cluster (`TF_CONFIG`) only the chief writes the run directory. Two writers of one run
+    would collide at its first backup (HDF5 locks the file) and append each log line twice.
+    Every other worker keeps a resumable run of its own in `workers/<name>/` inside it (backup,
+    checkpoints, metrics, logs, final weights, and a vocabulary: SentencePiece learns the same
+    pieces from the same files, which `train` checks, or `--subwords` gives each the same one),
+    and leaves BLEU to the chief: its decoding is no collective, so the others need not run it.
+    """
+    name = worker_name()
+    if name is None:
+        return run
+    return dataclasses.replace(
+        run, output=run.output / run_directory.WORKERS_DIR / name, bleu_every=0
+    )
+
+
+def check_workers_agree(
+    strategy: tf.distribute.Strategy,
+    value: int,
+    what: str,
+    remedy: str,
+    error: type[Exception] = run_directory.CheckpointError,
+):
+    """Raises `error` on every worker unless all of them hold the same `value`, an int saying
+    `what`; `remedy` tells the user how to make them agree. Below 2**24, the squares summed over
+    up to 32 workers stay exact in float64.
+
+    Each worker resumes from a backup of its own and trains a vocabulary of its own
+    (`own_run`). Workers with a backup and without one would fail in the restore's
+    collectives; workers that restored different steps would train on from weights the others
+    do not hold; workers with different vocabularies would average gradients of ids that mean
+    different pieces, silently.
+    """
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return
+    values = strategy.run(lambda: tf.constant([value, value * value], tf.float64))
+    mean, mean_square = strategy.reduce("MEAN", values, axis=None).numpy()
+    if mean_square != mean * mean:  # the same on every worker, so all of them stop
+        raise error(f"the workers disagree on {what}: {value} here, {mean:g} on average. {remedy}")
+
+
+# What to do when the workers' backups disagree.
+BACKUP_REMEDY = (
+    "Give every worker the same step's backup, or delete all of them (the chief's backup/ and "
+    "each workers/<name>/backup/) to start over"
+)
+
+
+def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
+    # Kept after a finished run, so that rerunning the command resumes instead of starting over.
+    # Keras counts micro-batches here, the optimizer updates.
+    save_freq = run.checkpoint_every * run.accumulate if run.checkpoint_every else "epoch"
+    return run_callbacks.ResumableBackup(
+        run.output / run_directory.BACKUP_DIR, save_freq=save_freq, delete_checkpoint=False
+    )
+
+
+def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
+    """Loads the run's backup into `model` now (fit will again) and returns its step."""
+    backup.set_model(model)
+    backup.on_train_begin()
+    return int(model.optimizer.iterations.numpy())
+
+
+def validation_scores(
+    run: TrainingRun, tokenizer, files, metrics
+) -> run_callbacks.ValidationScores:
+    from keras_transformer.analysis.evaluation import task
+    from pipelines.corpus import read_parallel_corpus
+
+    corpus = read_parallel_corpus(*files["validation"])
+    count = run.bleu_sentences
+    scoring = task(run.dataset, run.target_language, run.lowercase)
+    return run_callbacks.ValidationScores(
+        tokenizer,
+        corpus.source[:count],
+        corpus.target[:count],
+        scoring.score,
+        run.bleu_every,
+        run.output / run_directory.LOGS_DIR,
+        metrics,
+        kind=scoring.name,
+        extra_length=scoring.search["extra_length"],
+    )
+
+
+def build_callbacks(
+    run: TrainingRun, tokenizer, files, plateau: run_callbacks.StopOnPlateau | None
+) -> list[keras.callbacks.Callback]:
+    metrics = run_callbacks.MetricsJsonl(
+        run.output / run_directory.METRICS_FILE, every_steps=run.log_every
+    )
+    callbacks = [
+        resumable_backup(run),  # first: it restores the step that the others read when they begin
+        run_callbacks.TokenThroughput(),
+        run_callbacks.TraceCounter(),
+        run_callbacks.RollingCheckpoints(
+            run.output / run_directory.CHECKPOINTS_DIR,
+            every_steps=run.checkpoint_every,
+            every_minutes=run.checkpoint_minutes,
+            keep=run.keep_checkpoints,
+        ),
+        metrics,
+        keras.callbacks.TensorBoard(run.output / run_directory.LOGS_DIR, update_freq=run.log_every),
+    ]
+    if run.bleu_every:
+        callbacks.append(validation_scores(run, tokenizer, files, metrics))
+    if run.max_steps:
+        callbacks.append(run_callbacks.StopAtStep(run.max_steps))
+    if run.max_minutes:
+        callbacks.append(run_callbacks.StopAfterMinutes(run.max_minutes))
+    if plateau:
+        callbacks.append(plateau)  # last: `callbacks.cut_short` holds for those before it
+    return callbacks
+
+
+def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | None:
+    """`--patience`'s callback, primed with the validation losses logged up to `step`."""
+    if not run.patience:
+        return None
+    metrics = run.output / run_directory.METRICS_FILE
+    records = run_directory.read_metrics(metrics) if metrics.exists() else []
+    history = [
+        r["val_loss"]
+        for r in records
+        if r["kind"] == "epoch" and "val_loss" in r and r["step"] <= step
+    ]
+    return run_callbacks.StopOnPlateau(run.patience, history)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    """The CPU's feature flags (and the rest of `cpuinfo`'s words); None where it cannot be read
+    (not Linux)."""
+    try:
+        return set(cpuinfo.read_text().split())
+    except OSError:
+        return None
+
+
+def cpu_has_bfloat16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU multiplies bfloat16 in hardware (AMX-BF16 or AVX512-BF16 in its flags)."""
+    flags = cpu_flags(cpuinfo)
+    return flags is None or bool(flags & {"amx_bf16", "avx512_bf16"})  # unknown: no warning
+
+
+def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -> str | None:
+    """Why `--precision mixed_bfloat16` would train slower than float32 here, if it would.
+
+    Measured with `benchmarks/throughput.py --precision mixed_bfloat16` (benchmarks/RESULTS.md,
+    2026-11-25): without bfloat16 units TensorFlow emulates it, 6-10x slower than float32; with
+    them, oneDNN uses them (1.86x float32 on `base`) but XLA's CPU backend does not.
+    """
+    if run.precision != "mixed_bfloat16" or on_gpu:
+        return None
+    if not bfloat16_units:
+        return (
+            "--precision mixed_bfloat16 on a CPU without bfloat16 units (no amx_bf16 or "
+            "avx512_bf16 in /proc/cpuinfo): TensorFlow emulates bfloat16, which trains several "
+            "times slower than float32; use --precision float32"
+        )
+    if run.jit_compile:
+        return (
+            "--precision mixed_bfloat16 with --jit-compile on a CPU: XLA's CPU backend does not "
+            "use the bfloat16 units, TensorFlow's oneDNN kernels do; drop --jit-compile"
+        )
+    return None
+
+
+def configure_numerics(run: TrainingRun):
+    """Seeds, op determinism and the mixed-precision policy, before any model is built."""
+    if run.seed is not None:
+        keras.utils.set_random_seed(run.seed)
+    if run.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    on_gpu = bool(tf.config.list_physical_devices("GPU"))
+    warning = bfloat16_cpu_warning(run, on_gpu, cpu_has_bfloat16_units())
+    if warning:
+        logger.warning(warning)
+    keras.mixed_precision.set_global_policy(run.precision)
+
+
+def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
+    """Steps that consume one pass over the data: each step takes one batch per replica."""
+    return max(1, math.floor(batches_per_pass / replicas))
+
+
+def train(config: TransformerConfig, run: TrainingRun) -> Path:
+    """Trains (or resumes) a run; returns the path of the final weights."""
+    from pipelines import (
+        SubwordTokenizer,
+        corpus_files,
+        load_or_train_tokenizer,
+        make_translation_dataset,
+        vocabulary_kind,
+    )
+    from pipelines.batching import full_batches_per_pass
+
+    if run.max_minutes and is_multi_worker():
+        # Each worker would stop by its own clock, one step apart at worst, and the one still
+        # going would wait in that step's all-reduce for the others for ever.
+        raise ConfigError(
+            "--max-minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
+            "would stop each worker at its own step; bound the run with --max-steps"
+        )
+    run = own_run(run)
+    if run.subwords:
+        run_directory.check_subwords(run)
+    run_directory.prepare(run, config)
+    configure_numerics(run)
+    strategy = create_strategy(run.devices)
+    replicas = strategy.num_replicas_in_sync
+    if run.accumulate > 1 and replicas > 1:
+        raise ConfigError(
+            f"--accumulate {run.accumulate} needs a single replica, not {replicas}: Keras "
+            "accumulates gradients only outside MirroredStrategy"
+        )
+    # The batch of config.batch_tokens is split over the replicas and the accumulated
+    # micro-batches; one update sees all of it.
+    micro_batches = replicas * run.accumulate
+    if config.batch_tokens // micro_batches < config.max_length:
+        # A bucket's batch is at least one pair, so a smaller share would exceed its budget.
+        raise ConfigError(
+            f"batch_tokens {config.batch_tokens} over {micro_batches} micro-batch(es) leaves "
+            f"{config.batch_tokens // micro_batches} tokens a batch, less than one sentence of "
+            f"max_length {config.max_length}: raise --batch-tokens, or use fewer --accumulate "
+            "micro-batches or --devices"
+        )
+    files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
+    if run.subwords:
+        run_directory.adopt_subwords(run)
+    tokenizer = load_or_train_tokenizer(
+        run.output / run_directory.SUBWORDS_FILE,
+        [*files["train"]],
+        config.vocab_size,
+        kind=vocabulary_kind(run.dataset),
+        lowercase=run.lowercase,
+    )
+    if tokenizer.vocab_size > config.vocab_size:  # its ids past the embedding would be silent
+        raise ConfigError(
+            f"{tokenizer.path} holds {tokenizer.vocab_size} entries, more than the model's "
+            f"vocab_size {config.vocab_size}"
+        )
+    check_workers_agree(
+        strategy,
+        tokenizer.fingerprint(),
+        f"the vocabulary {tokenizer.path} (a checksum of its pieces)",
+        "Every worker learns it from its own copy of the training files: give all of them the "
+        "same files and flags, then delete the differing subwords model(s) to learn them again",
+        ConfigError,
+    )
+
+    kept_lengths = kept_pair_lengths(config, files, tokenizer)
+    boundaries = length_buckets(config, run, kept_lengths)
+    # Only the training pairs are segmented at random; validation scores the segmentation that
+    # decoding and export use.
+    train_tokenizer = (
+        SubwordTokenizer(tokenizer.path, config.subword_dropout)
+        if config.subword_dropout
+        else tokenizer
+    )
+
+    def dataset(split, context=None, repeat=False):
+        shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
+        return make_translation_dataset(
+            *files[split],
+            train_tokenizer if split == "train" else tokenizer,
+            batch_tokens=config.batch_tokens // micro_batches,
+            max_length=config.max_length,
+            shuffle=split == "train",
+            seed=run.seed,
+            num_shards=shards[0],
+            shard_index=shards[1],
+            repeat=repeat,
+            boundaries=boundaries,
+            pad_batches=run.jit_compile,
+        )
+
+    # An epoch of the full batches that carry one pass, counted up front from the pairs'
+    # lengths: with per-replica datasets Keras must not probe for the end of the data (see
+    # tests/test_distribution.py). Workers whose epochs differed would fall out of step in
+    # their collectives (one validating while another trains): they stop instead.
+    pass_batches = full_batches_per_pass(
+        kept_lengths, config.batch_tokens // micro_batches, config.max_length, boundaries
+    )
+    epoch_steps = steps_per_epoch(pass_batches, replicas)
+    check_workers_agree(
+        strategy,
+        epoch_steps,
+        "the steps an epoch (counted on their training files)",
+        "Give every worker the same training files and flags",
+        ConfigError,
+    )
+    train_data = strategy.distribute_datasets_from_function(
+        lambda context: dataset("train", context, repeat=True)
+    )
+    with strategy.scope():
+        model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
+        backup = resumable_backup(run)
+        holds_backup = int(backup.has_backup)
+        check_workers_agree(
+            strategy, holds_backup, f"holding a backup in {backup.backup_dir}", BACKUP_REMEDY
+        )
+        step = restored_step(model, backup)
+    check_workers_agree(
+        strategy, step, f"the step restored from {backup.backup_dir}", BACKUP_REMEDY
+    )
+    final = run.output / run_directory.FINAL_WEIGHTS
+    plateau = plateau_stop(run, step)
+    if run.max_steps and step >= run.max_steps:
+        logger.info("the run already reached step %d of --max-steps %d", step, run.max_steps)
+        run_directory.save_weights_atomically(model, final)
+        return final
+    if plateau and plateau.plateaued:
+        logger.info(
+            "the run already stopped improving: validation loss %.4f, then %d epochs without a "
+            "better one (--patience %d)",
+            plateau.best,
+            plateau.stale_epochs,
+            run.patience,
+        )
+        run_directory.save_weights_atomically(model, final)
+        return final
+    logger.info(
+        "training %s on %d replica(s), %d micro-batch(es) an update, %d updates an epoch, "
+        "run directory %s",
+        config,
+        replicas,
+        run.accumulate,
+        epoch_steps // run.accumulate,
+        run.output,
+    )
+    fit_under_strategy(
+        model,
+        strategy,
+        train_data,
+        validation_data=with_known_length(dataset("validation")),
+        epochs=run.epochs,
+        steps_per_epoch=epoch_steps,
+        # The pipeline shuffles the pairs before bucketing; Keras cannot shuffle a dataset, and
+        # with its default shuffle=True it warns in every run that it ignores it.
+        shuffle=False,
+        callbacks=build_callbacks(run, tokenizer, files, plateau),
+        verbose=run.verbose,
+    )
+    run_directory.save_weights_atomically(model, final)
+    return final
+
+
+def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
+    """The bucketing lengths of the training pairs that batches keep; logs the over-long pairs
+    that the training and validation batches leave out."""
+    from pipelines.translation_dataset import pair_lengths
+
+    lengths = pair_lengths(*files["train"], tokenizer)
+    over = lengths > config.max_length
+    warn_over_length("training", over, config.max_length, "they are skipped")
+    warn_over_length(
+        "validation",
+        pair_lengths(*files["validation"], tokenizer) > config.max_length,
+        config.max_length,
+        "the validation loss skips them (BLEU translates them, truncated)",
+    )
+    return lengths[~over]
+
+
+def length_buckets(config, run, kept_lengths) -> list[int] | None:
+    """Under XLA, the length buckets fitted to the training pairs (`kept_lengths`)."""
+    from pipelines.batching import fitted_bucket_boundaries
+
+    if not run.jit_compile:
+        return None
+    boundaries = fitted_bucket_boundaries(kept_lengths, XLA_BUCKETS, config.max_length)
+    logger.info("XLA: %d length buckets %s, one compiled shape each", len(boundaries), boundaries)
+    return boundaries
+
+
+def warn_over_length(split, over, max_length, consequence):
+    """Logs how many pairs of a split are longer than `max_length` (`over`: one bool a pair)."""
+    if over.any():
+        logger.warning(
+            "%d of %d %s pairs are longer than max_length=%d subwords: %s",
+            int(over.sum()),
+            len(over),
+            split,
+            max_length,
+            consequence,
+        )
+
+
+def count_batches(dataset: tf.data.Dataset) -> int:
+    return int(dataset.reduce(0, lambda count, _: count + 1))
+
+
+def with_known_length(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` (one pass, in a fixed order) with its batch count stated. Keras then ends each
+    validation pass at the last batch; not knowing it, Keras runs into the end of the data and
+    logs "Your input ran out of data; interrupting training", a false alarm in every run."""
+    return dataset.apply(tf.data.experimental.assert_cardinality(count_batches(dataset)))

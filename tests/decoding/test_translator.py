@@ -1,0 +1,253 @@
+"""Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
+
+import json
+import logging
+import math
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import cli, evaluation
+from keras_transformer.analysis.attention_plot import attention_maps
+from keras_transformer.analysis.evaluation import corpus_scores, task, tune_alpha
+from keras_transformer.config import ConfigError
+from keras_transformer.decoding.translator import Translator, load_run, pad_to_bucket
+from pipelines import SubwordTokenizer
+from pipelines.corpus import read_lines
+
+EXTRA = 6  # short outputs keep an untrained model's translations quick
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """No Keras seeding between these tests: it clears TensorFlow's eager kernel caches, which
+    deletes the SentencePiece resource of the module's translator."""
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir):
+    return load_run(run_dir)
+
+
+SENTENCES = [
+    "Two young men are playing soccer on a green field.",
+    "A dog.",
+    "",
+    "A woman in a red coat walks past a large building with many windows.",
+    "People sit outside.",
+]
+
+
+def test_translations_come_back_in_input_order_with_empty_lines_kept(translator):
+    together = translator.translate(SENTENCES, beam_size=2, extra_length=EXTRA, batch_sentences=2)
+    assert len(together) == len(SENTENCES) and together[2] == ""
+    for sentence, translation in zip(SENTENCES, together, strict=True):
+        if sentence:
+            assert translator.translate([sentence], 2, extra_length=EXTRA) == [translation]
+    assert any(together)  # an untrained model still says something
+
+
+def test_batches_decoded_in_slices_side_by_side_translate_the_same(translator):
+    sliced = Translator(translator.model, translator.tokenizer, slices=2)
+    for beam_size in (1, 3):
+        expected = translator.translate(SENTENCES, beam_size, extra_length=EXTRA)
+        assert sliced.translate(SENTENCES, beam_size, extra_length=EXTRA) == expected
+
+
+def test_batch_sizes_share_the_search_traced_for_their_row_bucket(translator):
+    """Batches of 3, 4, 5 and 6 rows run the searches traced for 3, 4 and 6 rows (with
+    `jit_compile`, the programs compiled for them), and each row decodes as it does alone."""
+    fresh = Translator(translator.model, translator.tokenizer, slices=2)
+    source = pad_to_bucket([[5 + i, 6, 7, 2] for i in range(6)])
+    results = {rows: fresh.decode_ids(source[:rows], 2, extra_length=EXTRA) for rows in (3, 4, 5)}
+    results[6] = fresh.decode_ids(source, 2, extra_length=EXTRA)
+    assert fresh._decode.experimental_get_tracing_count() == 3
+    for rows, (ids, scores) in results.items():
+        assert ids.shape[0] == scores.shape[0] == rows
+    ids, scores = results[5]
+    for row in range(5):
+        alone_ids, alone_scores = fresh.decode_ids(source[row : row + 1], 2, extra_length=EXTRA)
+        width = alone_ids.shape[1]
+        np.testing.assert_array_equal(ids[row, :width], alone_ids[0])
+        assert not np.any(ids[row, width:])  # only PAD after the row's own hypothesis
+        np.testing.assert_allclose(scores[row], alone_scores[0], rtol=1e-5)
+
+
+def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
+    long_line = " ".join(["dog"] * 60)
+    with caplog.at_level(logging.WARNING):
+        outputs = translator.translate(["", "A cat.", long_line], beam_size=1, extra_length=EXTRA)
+    assert len(outputs) == 3 and outputs[0] == ""
+    assert "longer than 23 subwords truncated (lines 3)" in caplog.text
+
+
+def test_source_lengths_are_padded_to_buckets():
+    padded = pad_to_bucket([[5, 2], [5, 6, 7, 8, 9, 10, 11, 12, 2]])
+    assert padded.shape == (2, 16) and padded[0, 2:].sum() == 0
+    # Never past a max_length that is no multiple of 8: learned positions end there.
+    assert pad_to_bucket([[5] * 9, [2]], limit=12).shape == (2, 12)
+
+
+def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, translator):
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    output = tmp_path / "out.de"
+    arguments = ["--model", str(run_dir), "--input", str(source), "--output", str(output)]
+    cli.main(["translate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert lines == translator.translate(SENTENCES, 2, extra_length=EXTRA)
+
+
+def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="config.json not found: is .* a training run dir"):
+        load_run(tmp_path)
+
+
+def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
+    run_dir, first_lines_data, tmp_path, capsys
+):
+    output = tmp_path / "eval"
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(output)]
+    cli.main(["evaluate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
+    assert capsys.readouterr().out.startswith("test_2016_flickr en->de beam 2: sacreBLEU ")
+    scores = json.loads((output / "test_2016_flickr.beam2.alpha0.6.scores.json").read_text())
+    assert (scores["sentences"], scores["alpha"], scores["extra_length"]) == (4, 0.6, EXTRA)
+    assert len((output / "test_2016_flickr.beam2.alpha0.6.hyp").read_text().splitlines()) == 4
+
+
+def test_evaluate_command_tunes_the_length_penalty_on_validation_first(
+    run_dir, first_lines_data, tmp_path, capsys
+):
+    output = tmp_path / "eval"
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(output), "--beam", "2", "--extra-length", str(EXTRA)]
+    cli.main(["evaluate", *arguments, "--tune-alpha", "0", "0.6", "5"])
+    tuning = json.loads((output / "val.beam2.alpha_tuning.json").read_text())
+    validation = {
+        alpha: json.loads((output / f"val.beam2.alpha{alpha}.scores.json").read_text())["bleu"]
+        for alpha in ("0", "0.6", "5")
+    }
+    assert tuning["scores"] == validation and tuning["split"] == "val"
+    chosen = tuning["chosen_alpha"]
+    assert validation[f"{chosen:g}"] == max(validation.values())
+    test = json.loads((output / f"test_2016_flickr.beam2.alpha{chosen:g}.scores.json").read_text())
+    assert test["alpha"] == chosen and test["sentences"] == 4
+    assert f"length penalty α {chosen:g} of" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--tune-alpha needs a beam search"):
+        cli.main(["evaluate", *arguments, "--tune-alpha", "0.6", "1", "--alpha", "1"])
+
+
+def test_evaluate_command_tuned_on_validation_decodes_it_once_an_alpha(
+    run_dir, first_lines_data, tmp_path, capsys, monkeypatch
+):
+    decoded = []
+    decode = evaluation.evaluate_corpus
+
+    def counted(translator, source_path, *args, **search):
+        decoded.append((evaluation.split_name(source_path), search["alpha"]))
+        return decode(translator, source_path, *args, **search)
+
+    monkeypatch.setattr(evaluation, "evaluate_corpus", counted)
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(tmp_path / "eval"), "--beam", "2", "--extra-length", str(EXTRA)]
+    cli.main(["evaluate", *arguments, "--split", "val", "--tune-alpha", "0.6", "5"])
+    assert decoded == [("val", 0.6), ("val", 5.0)]
+    assert capsys.readouterr().out.splitlines()[-1].startswith("validation en->de beam 2: ")
+
+
+class LengthPenaltyEcho:
+    """A stand-in translator whose output is right only under one length penalty."""
+
+    constraint = None
+
+    def __init__(self, references, right_alpha):
+        self.references, self.right_alpha = references, right_alpha
+
+    def translate(self, sources, beam_size, alpha, extra_length=50):
+        if alpha == self.right_alpha:
+            return self.references
+        return ["ein"] * len(self.references)
+
+
+def test_tune_alpha_chooses_the_best_scoring_alpha_and_the_first_of_a_tie(multi30k_dir, tmp_path):
+    files = (multi30k_dir / "val.en.gz", multi30k_dir / "val.de.gz")
+    references = read_lines(files[1])
+
+    def tuned(right_alpha, beam_size=4):
+        translator = LengthPenaltyEcho(references, right_alpha)
+        scoring = task("multi30k", "de")
+        alphas = (0.6, 1.3, 2.0)
+        chosen, scores = tune_alpha(
+            translator, *files, tmp_path, scoring, alphas, beam_size=beam_size
+        )
+        assert scores["alpha"] == chosen
+        return chosen
+
+    assert tuned(right_alpha=1.3) == 1.3
+    assert tuned(right_alpha=9.0) == 0.6  # nothing right: every α scores alike, the first stays
+    with pytest.raises(ValueError, match="needs a beam search"):
+        tuned(right_alpha=1.3, beam_size=1)
+
+
+def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
+    references = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."]
+    perfect = corpus_scores(references, references, "de")
+    assert perfect["bleu"] == pytest.approx(100) and perfect["chrf"] == pytest.approx(100)
+    assert perfect["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    lowercased = corpus_scores([r.lower() for r in references], references, "de")
+    assert lowercased["bleu"] < 50  # case matters to sacreBLEU
+    assert lowercased["bleu_tokenized_lowercase"] == pytest.approx(100)
+    # A model trained on lowercased text (`train --lowercase`) is scored case-insensitively.
+    case_folded = corpus_scores([r.lower() for r in references], references, "de", lowercase=True)
+    assert case_folded["bleu"] == pytest.approx(100) and case_folded["chrf"] == pytest.approx(100)
+    assert "|case:lc|" in case_folded["bleu_signature"]
+
+
+def test_corpus_scores_report_the_length_ratio_and_brevity_penalty():
+    references = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."]
+    assert corpus_scores(references, references, "de")["brevity_penalty"] == pytest.approx(1)
+    # 13a tokens: 7 + 5 in the references, 3 + 5 in the hypotheses.
+    short = corpus_scores(["Ein Hund rennt", references[1]], references, "de")
+    assert short["length_ratio"] == pytest.approx(8 / 12)
+    assert short["brevity_penalty"] == pytest.approx(math.exp(1 - 12 / 8))
+
+
+def test_attention_maps_are_distributions_over_the_source(translator):
+    source = np.array(translator.encode_sentences(["A dog runs on the beach."])[0], np.int32)
+    target_in = np.array([1, 40, 41, 42], np.int32)
+    encoder, cross = attention_maps(translator.model, source, target_in)
+    heads = translator.model.config.num_heads
+    assert encoder.shape == (heads, len(source), len(source))
+    assert cross.shape == (heads, len(target_in), len(source))
+    np.testing.assert_allclose(encoder.sum(-1), 1, atol=1e-5)
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-5)
+
+
+def test_attention_command_writes_a_png(run_dir, tmp_path):
+    output = tmp_path / "attention.png"
+    cli.main(
+        ["attention", "--model", str(run_dir), "--sentence", "A dog.", "--output", str(output)]
+    )
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tokenizer_pieces_name_the_subwords(run_dir):
+    tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    ids = tokenizer.tokenize(tf.constant(["A dog."])).to_list()[0]
+    assert "".join(tokenizer.pieces(ids)).replace("▁", " ").strip() == "A dog."
+
+
+def test_average_command_writes_the_weights_translation_then_uses(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)  # the shared run directory must keep its single weights file
+    (run / "checkpoints").mkdir()
+    for step in (100, 200, 300):
+        shutil.copy(run / "model.weights.h5", run / "checkpoints" / f"ckpt-{step:08d}.weights.h5")
+    cli.main(["average", str(run), "--last", "2"])
+    cli.main(["average", str(run), "--last", "3"])
+    averaged = run / "averaged-last3.weights.h5"
+    assert averaged.is_file() and (run / "averaged-last2.weights.h5").is_file()
+    assert load_run(run).weights_path == averaged  # the average made last

@@ -1,0 +1,311 @@
+"""The SavedModel export: TF Serving's layout, its signatures, and translations equal to Keras's
+beam search when loaded by a process that has none of this project's code."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import prediction_log_pb2
+
+from keras_transformer import cli
+from keras_transformer.decoding.search import SEARCH, beam_decode, greedy_decode
+from keras_transformer.decoding.translator import load_run
+from keras_transformer.serving.saved_model import WARMUP_REQUESTS, versions, warmup_requests
+from keras_transformer.serving.server import ServedModel
+from keras_transformer.serving.tflite import export_tflite
+from pipelines.corpus import read_lines
+from pipelines.tokenizer import EOS_ID
+
+# A process that knows only TensorFlow and tensorflow-text (for its ops), like a deployment.
+LOAD_AND_TRANSLATE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+assert not any(m.startswith(("keras_transformer", "pipelines")) for m in sys.modules)
+sentences = json.loads(sys.stdin.read())
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+result = serve(text=tf.constant(sentences))
+print(json.dumps({
+    "translations": [t.decode("utf-8") for t in result["translations"].numpy()],
+    "scores": result["scores"].numpy().tolist(),
+}))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """No Keras seeding between these tests (it would drop the translator's tokenizer)."""
+
+
+@pytest.fixture(scope="module")
+def translator(run_dir):
+    return load_run(run_dir)
+
+
+def test_layout_is_what_tensorflow_serving_loads(exported):
+    version = exported / "1"
+    assert (version / "saved_model.pb").is_file()
+    assert list((version / "variables").glob("variables.index"))
+    assert (version / "assets" / "subwords.model").is_file()
+    assert [p.name for p in exported.iterdir()] == ["1"]  # no staging directory left behind
+
+
+def test_a_new_export_takes_the_next_version(exported, run_dir, tmp_path):
+    base = tmp_path / "m30k-ende"
+    shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
+    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
+    assert versions(base) == [1, 2]
+
+
+def test_export_logs_no_tensorflow_info(run_dir, tmp_path, caplog):
+    """TensorFlow's INFO records at a SavedModel export (absl lists every renamed captured
+    tensor, thousands of characters a signature) stay out of the command's log."""
+    caplog.set_level(logging.INFO)
+    cli.main(["export", "--model", str(run_dir), "--output", str(tmp_path / "quiet")])
+    chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
+    assert not chatter, [r.getMessage()[:200] for r in chatter]
+    assert any(r.name == "keras_transformer.serving.saved_model" for r in caplog.records)
+
+
+def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
+    cli_path = Path(sys.executable).with_name("saved_model_cli")
+    shown = subprocess.run(
+        [str(cli_path), "show", "--dir", str(exported / "1"), "--all"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    out = shown.stdout
+    for signature in ("serving_default", "translate_options", "translate_ids"):
+        assert f"signature_def['{signature}']" in out
+    serving = out.split("signature_def['serving_default']")[1].split("signature_def[")[0]
+    assert "inputs['text'] tensor_info:\n        dtype: DT_STRING" in serving
+    assert "outputs['translations'] tensor_info:\n        dtype: DT_STRING" in serving
+    assert "outputs['scores'] tensor_info:\n        dtype: DT_FLOAT" in serving
+
+
+def test_fresh_process_translates_real_sentences_as_keras_does(exported, translator, multi30k_dir):
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_TRANSLATE, str(exported / "1")],
+        input=json.dumps(sentences),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",  # nothing of this checkout on the path
+        env={"PATH": os.environ["PATH"], "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    served = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert served["translations"] == translator.translate(sentences, beam_size=4, alpha=0.6)
+    assert any(served["translations"])
+
+
+@pytest.fixture(scope="module")
+def exported_jit(run_dir, tmp_path_factory):
+    """`run_dir` exported with `--jit-compile`: the signatures search under XLA."""
+    base = tmp_path_factory.mktemp("saved_models") / "m30k-ende-xla"
+    cli.main(["export", "--model", str(run_dir), "--output", str(base), "--jit-compile"])
+    return base
+
+
+def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, translator, multi30k_dir):
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
+    serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
+    served = [t.decode("utf-8") for t in serve(text=tf.constant(sentences))["translations"].numpy()]
+    assert served == translator.translate(sentences, beam_size=4, alpha=0.6)
+
+
+# Requests of 3, 4, 5 and 6 rows, one width, in a process whose XLA dumps what it compiles.
+REQUESTS_OF_ROWS = """
+import sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+serve = tf.saved_model.load(sys.argv[1]).signatures["translate_ids"]
+search = {"beam_size": tf.constant(2), "alpha": tf.constant(0.6), "extra_length": tf.constant(3)}
+for rows in (3, 4, 5, 6):
+    result = serve(source_ids=tf.constant([[40, 41, 2]] * rows), **search)
+    assert result["target_ids"].shape[0] == result["scores"].shape[0] == rows
+"""
+
+
+def test_jit_export_compiles_one_program_per_row_bucket(exported_jit, tmp_path):
+    """Batches of 3, 4, 5 and 6 rows run the programs compiled for 3, 4 and 6 rows: three, not
+    four."""
+    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}"}
+    subprocess.run(
+        [sys.executable, "-c", REQUESTS_OF_ROWS, str(exported_jit / "1")],
+        env=environment,
+        check=True,
+        capture_output=True,
+    )
+    compiled = list(tmp_path.glob("*best_hypotheses*.before_optimizations.txt"))
+    assert len(compiled) == 3, [path.name for path in compiled]
+
+
+def read_warmup(version):
+    records = tf.data.TFRecordDataset(str(version / WARMUP_REQUESTS))
+    return [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log for r in records]
+
+
+def test_jit_export_warms_up_every_padded_width_with_the_default_search(exported_jit):
+    """The test model's max_length is 24: widths 8, 16, 24, then one text request."""
+    requests = [log.request for log in read_warmup(exported_jit / "1")]
+    signatures = [r.model_spec.signature_name for r in requests]
+    assert signatures == ["translate_ids"] * 3 + ["serving_default"]
+    widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[:3]]
+    assert widths == [(1, 8), (1, 16), (1, 24)]
+    search = {k: tf.make_ndarray(requests[0].inputs[k]).item() for k in SEARCH}
+    assert search == pytest.approx(SEARCH)
+
+
+def test_warmup_requests_cover_each_batch_size_asked_for_at_every_width():
+    logs = warmup_requests("m", max_length=20, search=SEARCH, batch_sizes=(1, 3))
+    shapes = [
+        tf.make_ndarray(log.predict_log.request.inputs["source_ids"]).shape for log in logs[:-1]
+    ]
+    assert shapes == [(1, 8), (1, 16), (1, 20), (3, 8), (3, 16), (3, 20)]
+    assert logs[-1].predict_log.request.model_spec.signature_name == "serving_default"
+
+
+def test_warmup_batch_sizes_need_jit_compile(run_dir, tmp_path):
+    arguments = ["--model", str(run_dir), "--output", str(tmp_path / "m")]
+    with pytest.raises(SystemExit, match="--warmup-batch-sizes needs --jit-compile"):
+        cli.main(["export", *arguments, "--warmup-batch-sizes", "1", "8"])
+    assert not (tmp_path / "m").exists()
+
+
+def test_served_model_runs_the_warmup_requests_at_load(exported, exported_jit, tmp_path):
+    assert ServedModel("m30k-ende", exported).warmup_requests == 0
+    assert not (exported / "1" / WARMUP_REQUESTS).exists()
+    assert ServedModel("m30k-ende", exported_jit).warmup_requests == 4
+    broken = tmp_path / "broken"
+    shutil.copytree(exported_jit, broken)
+    (log,) = read_warmup(broken / "1")[:1]
+    log.request.inputs["beam_size"].CopyFrom(tf.make_tensor_proto(0, tf.int32))
+    with tf.io.TFRecordWriter(str(broken / "1" / WARMUP_REQUESTS)) as writer:
+        writer.write(prediction_log_pb2.PredictionLog(predict_log=log).SerializeToString())
+    with pytest.raises(ValueError, match="(?s)warm-up request 1 of .*beam_size must be at least 1"):
+        ServedModel("m30k-ende", broken)
+
+
+def test_jit_compile_is_refused_for_tflite(run_dir, tmp_path):
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(tmp_path / "m")]
+    with pytest.raises(SystemExit, match="--jit-compile applies to SavedModel exports"):
+        cli.main(["export", *arguments, "--jit-compile"])
+
+
+def keras_best(model, source, beam_size):
+    """Keras's own search: beam search's best hypothesis, or greedy decoding at beam 1."""
+    if beam_size == 1:
+        result = greedy_decode(model, source, extra_length=5)
+        return result.ids, result.log_probs
+    result = beam_decode(model, source, beam_size=beam_size, alpha=0.6, extra_length=5)
+    return result.ids[:, 0], result.scores[:, 0]
+
+
+def xla_compiled_functions(version):
+    """Names of the saved graph's functions marked for XLA compilation."""
+    saved = saved_model_pb2.SavedModel.FromString((version / "saved_model.pb").read_bytes())
+    library = saved.meta_graphs[0].graph_def.library.function
+    return [f.signature.name for f in library if f.attr["_XlaMustCompile"].b]
+
+
+def test_only_the_jit_export_saves_an_xla_compiled_search(exported, exported_jit):
+    assert xla_compiled_functions(exported / "1") == []
+    assert xla_compiled_functions(exported_jit / "1")
+
+
+@pytest.mark.parametrize("export", ["exported", "exported_jit"])
+@pytest.mark.parametrize("beam_size", [3, 1])
+def test_ids_signature_equals_keras_search(export, request, translator, beam_size):
+    """Also with XLA, whose search pads the source width to a bucket and the 5 rows to 6: the same
+    ids and width."""
+    module = tf.saved_model.load(str(request.getfixturevalue(export) / "1"))
+    source = np.array(
+        [
+            [40, 41, 42, 2, 0],
+            [43, 2, 0, 0, 0],
+            [44, 45, 2, 0, 0],
+            [46, 2, 0, 0, 0],
+            [47, 48, 49, 50, 2],
+        ],
+        np.int32,
+    )
+    served = module.signatures["translate_ids"](
+        source_ids=tf.constant(source),
+        beam_size=tf.constant(beam_size),
+        alpha=tf.constant(0.6),
+        extra_length=tf.constant(5),
+    )
+    ids, scores = keras_best(translator.model, source, beam_size)
+    np.testing.assert_array_equal(served["target_ids"].numpy(), ids.numpy())
+    np.testing.assert_allclose(served["scores"], scores, atol=1e-5)
+
+
+TFLITE_SOURCE = 16  # the test model's max_length is 24: 16 source + 6 extra target positions
+
+
+def tflite_runner(path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Interpreter(model_path=str(path)).get_signature_runner("translate")
+
+
+def padded_sources(translator, sentences):
+    rows = [
+        ids if len(ids) <= TFLITE_SOURCE else ids[: TFLITE_SOURCE - 1] + [EOS_ID]
+        for ids in translator.encode_sentences(sentences)
+    ]
+    return [np.array([row + [0] * (TFLITE_SOURCE - len(row))], np.int32) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def tflite_float(run_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tflite") / "m30k-ende.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(path)]
+    cli.main(["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"])
+    return path
+
+
+def test_tflite_translates_real_sentences_as_the_saved_model(
+    tflite_float, exported, translator, multi30k_dir
+):
+    runner = tflite_runner(tflite_float)
+    serve_ids = tf.saved_model.load(str(exported / "1")).signatures["translate_ids"]
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:6]
+    for source in padded_sources(translator, sentences):
+        lite = runner(source_ids=source)
+        served = serve_ids(
+            source_ids=tf.constant(source),
+            beam_size=tf.constant(4),
+            alpha=tf.constant(0.6),
+            extra_length=tf.constant(6),
+        )
+        np.testing.assert_array_equal(lite["target_ids"], served["target_ids"].numpy())
+        np.testing.assert_allclose(lite["scores"], served["scores"].numpy(), atol=1e-4)
+
+
+def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator, tmp_path):
+    quantized = tmp_path / "quantized.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(quantized)]
+    cli.main(
+        ["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"]
+        + ["--quantize", "dynamic"]
+    )
+    assert quantized.stat().st_size < 0.6 * tflite_float.stat().st_size
+    source = padded_sources(translator, ["A dog runs on the beach."])[0]
+    target = tflite_runner(quantized)(source_ids=source)["target_ids"]
+    assert target.shape == (1, TFLITE_SOURCE + 6) and target.min() >= 0
+    with pytest.raises(ValueError, match="source_length 40 must be in 2..24"):
+        export_tflite(translator, tmp_path / "x.tflite", source_length=40)
