@@ -1,5 +1,5 @@
 # Two entry points for a fresh clone (see README.md): `make demo` and `make test`.
-# Both create .venv from the pinned requirements.txt on first use.
+# Both create .venv from the pinned requirements-dev.txt (runtime pins included) on first use.
 
 # A target whose recipe failed is removed (not left looking done), so the next make redoes it.
 .DELETE_ON_ERROR:
@@ -9,15 +9,15 @@ PYTHON := $(VENV)/bin/python
 DATA_DIR ?= ../shared/data/multi30k
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test lint train-multi30k train-multi30k-long train-multi30k-ensemble \
+.PHONY: install demo test test-fast check-imports lint train-multi30k train-multi30k-long train-multi30k-ensemble \
 	table3-multi30k
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
 	$(VENV)/bin/pip install --quiet --no-deps --editable .
 	touch $@
 
@@ -25,8 +25,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # trains further), average its last checkpoints, beam-decode and score the test split, translate
 # two sentences, draw their attention, and export a SavedModel for TensorFlow Serving.
 # Training runs TensorFlow's kernels and the scoring XLA: in a few minutes XLA's compilations
-# cost more updates than its faster steps give back (224 against 242 in 6 minutes), while the
-# beam search over the 1,000 test sentences runs faster compiled (85 s against 103, same output).
+# cost more updates than its faster steps give back, while the beam search over the 1,000 test
+# sentences runs faster compiled, with the same output (docs/RESULTS.md).
 DEMO_RUN ?= runs/demo
 DEMO_MINUTES ?= 6
 demo: install
@@ -207,11 +207,21 @@ $(TABLE3_RUNS)/%/$(TABLE3_SCORES): | install
 	$(PYTHON) -m keras_transformer evaluate --model $(TABLE3_RUNS)/$* --split val --beam 4 \
 		--weights $(TABLE3_RUNS)/$*/model.weights.h5 --data-dir $(DATA_DIR)
 
+# The layering contract (pyproject.toml [tool.importlinter]) and the declared dependencies
+# (deptry: every import declared in pyproject.toml, nothing declared unused).
+check-imports: install
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/deptry .
+
 # One test process a core (at most 4), each given whole files so that a module's fixtures (an
-# export, a trained run) are built once: on the 2-core CI machine 11 min against 17 in one.
-test: install
+# export, a trained run) are built once.
+test: check-imports
 	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
+# The suite without the tests marked slow (subprocess training, multi-worker, XLA, TFLite).
+test-fast: check-imports
+	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not slow"
+
 lint: install
-	$(VENV)/bin/ruff check keras_transformer pipelines tests benchmarks
-	$(VENV)/bin/ruff format --check keras_transformer pipelines tests benchmarks
+	$(VENV)/bin/ruff check keras_transformer pipelines tests benchmarks examples
+	$(VENV)/bin/ruff format --check keras_transformer pipelines tests benchmarks examples

@@ -20,7 +20,7 @@ Keras and tensorflow-text beside keras-hub:
     /tmp/kt-venv-keras-hub/bin/python benchmarks/alternated.py train --size small [--rounds 8]
 
 The Keras programs share the process, and with it the CPU allocator that importing our package
-sets (`keras_transformer/cpu_allocator.py`; run as shipped, the Keras peers keep TensorFlow's
+sets (`keras_transformer/runtime.py`; run as shipped, the Keras peers keep TensorFlow's
 default, `malloc`, which maps their large tensors afresh every step): these ratios compare their
 steps on equal memory, `compare_peers.sh` the programs as a user gets them. PyTorch's worker
 keeps its own allocator, as shipped.

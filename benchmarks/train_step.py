@@ -18,10 +18,12 @@ import time
 
 import numpy as np
 
-from keras_transformer import Transformer, TransformerConfig
+from keras_transformer import Transformer, TransformerConfig, runtime
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import create_optimizer
 from keras_transformer.training.trainer import compile_model
+
+runtime.configure()  # as `train` runs: before any TensorFlow operation
 
 PADDING = 3  # positions of padding at the end of every row
 

@@ -17,7 +17,7 @@ variant "<variant>, dropout on". Arguments are the peer's:
 import os
 
 # `workload` imports our package, which would give the peer our CPU allocator
-# (keras_transformer/cpu_allocator.py): it keeps TensorFlow's default, as the peer ships, so that
+# (keras_transformer/runtime.py): it keeps TensorFlow's default, as the peer ships, so that
 # only dropout differs from the peer's own run.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "false")
 

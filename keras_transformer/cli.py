@@ -101,13 +101,9 @@ def _average(args):
 
 
 def _task(run_dir):
-    """The `evaluation.Task` of the run's dataset (translation for runs without a run.json)."""
-    from keras_transformer import run_directory
-    from keras_transformer.analysis.evaluation import task
+    from keras_transformer.analysis.evaluation import run_task
 
-    run = run_directory.read_settings(run_dir)
-    dataset, target = run.get("dataset", "multi30k"), run.get("target_language", "de")
-    return task(dataset, target, run.get("lowercase", False))
+    return run_task(run_dir)
 
 
 def _search(args, defaults) -> dict:
@@ -152,21 +148,9 @@ def _read_input(path):
 
 
 def _run_corpus(args):
-    """The run's settings, dataset, data directory (`--data-dir`, default the run's) and
-    `{split: (source_path, target_path)}` of its language pair there."""
     from keras_transformer import run_directory
-    from pipelines import corpus_files
-    from pipelines.datasets import default_data_dir
 
-    run = run_directory.read_settings(args.model)
-    if not run:
-        raise SystemExit(f"{args.model / 'run.json'} not found: is {args.model} a training run?")
-    dataset = run.get("dataset", "multi30k")
-    if getattr(args, "dataset", None) and args.dataset != dataset:
-        raise SystemExit(f"{args.model} was trained on {dataset!r}, not {args.dataset!r}")
-    data_dir = args.data_dir or Path(run.get("data_dir") or default_data_dir(dataset))
-    files = corpus_files(dataset, data_dir, run["source_language"], run["target_language"])
-    return run, dataset, data_dir, files
+    return run_directory.run_corpus(args.model, args.data_dir, getattr(args, "dataset", None))
 
 
 def _evaluate(args):
@@ -282,7 +266,13 @@ def _export(args):
 def _serve(args):
     import time
 
-    from keras_transformer.serving.server import ModelServer, ServedModel
+    try:
+        from keras_transformer.serving.server import ModelServer, ServedModel
+    except ModuleNotFoundError as error:  # grpc, tensorflow_serving: the [serving] extra
+        raise SystemExit(
+            f"keras-transformer serve needs the serving extra ({error}): "
+            "pip install 'keras-transformer[serving]'"
+        ) from None
 
     model = ServedModel(args.model_name, args.model_base_path)
     server = ModelServer(

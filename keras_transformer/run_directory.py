@@ -158,6 +158,27 @@ def check_resume_changes(config_path: Path, changed: dict, allowed: bool):
         )
 
 
+def run_corpus(run_dir, data_dir=None, dataset=None):
+    """The run's settings, dataset, data directory (`data_dir`, default the run's) and
+    `{split: (source_path, target_path)}` of its language pair there; `dataset`, if given, must
+    be the run's."""
+    from pipelines import corpus_files
+    from pipelines.datasets import default_data_dir
+
+    run_dir = Path(run_dir)
+    settings = read_settings(run_dir)
+    if not settings:
+        raise ConfigError(f"{run_dir / SETTINGS_FILE} not found: is {run_dir} a training run?")
+    trained_on = settings.get("dataset", "multi30k")
+    if dataset and dataset != trained_on:
+        raise ConfigError(f"{run_dir} was trained on {trained_on!r}, not {dataset!r}")
+    data_dir = Path(data_dir or settings.get("data_dir") or default_data_dir(trained_on))
+    files = corpus_files(
+        trained_on, data_dir, settings["source_language"], settings["target_language"]
+    )
+    return settings, trained_on, data_dir, files
+
+
 # -- the subword vocabulary -----------------------------------------------------------------
 
 

@@ -104,6 +104,15 @@ def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
     return Task("bleu", score, SEARCH, bleu_summary, "bleu")
 
 
+def run_task(run_dir) -> Task:
+    """The `Task` of a training run's dataset (translation for runs without a run.json)."""
+    from keras_transformer.run_directory import read_settings
+
+    run = read_settings(run_dir)
+    dataset, target = run.get("dataset", "multi30k"), run.get("target_language", "de")
+    return task(dataset, target, run.get("lowercase", False))
+
+
 def bleu_summary(scores) -> str:
     return (
         f"sacreBLEU {scores['bleu']:.2f} ({scores['bleu_signature']}), chrF {scores['chrf']:.2f}, "

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli, evaluation
+from keras_transformer import cli
+from keras_transformer.analysis import evaluation
 from keras_transformer.analysis.attention_plot import attention_maps
 from keras_transformer.analysis.evaluation import corpus_scores, task, tune_alpha
 from keras_transformer.config import ConfigError
