@@ -10,8 +10,8 @@
 # ratios carry none of the minutes of drift between two programs run one after the other.
 # On a CPU with bfloat16 units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also
 # trained in mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32.
-# Elsewhere that row is skipped: emulated, bfloat16 trained 6-10x slower than float32 on an AVX2
-# EPYC (benchmarks/RESULTS.md). BF16=yes or BF16=no overrides the check.
+# Elsewhere that row is skipped: emulated, bfloat16 trains several times slower than float32
+# (docs/RESULTS.md). BF16=yes or BF16=no overrides the check.
 #
 #   benchmarks/compare_peers.sh [results.jsonl]      # about 40 minutes on 2 cores
 #

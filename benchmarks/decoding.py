@@ -13,7 +13,7 @@ tokens/s (tokens actually generated, read from the result) and the median second
 
 `--intra-op-threads 1` runs every operation (and each XLA program) on one thread, so that each
 slice of a batch has its own core instead of sharing both cores' thread pool with the other
-slice (benchmarks/RESULTS.md: greedy gains, beam 4 and batch 1 lose, so it is not the default).
+slice (docs/RESULTS.md: greedy gains, beam 4 and batch 1 lose, so it is not the default).
 """
 
 import argparse

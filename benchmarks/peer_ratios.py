@@ -10,10 +10,10 @@ that peer among them as `tutorial_dropout_on.py` runs it.
 
 For several files (runs), prints each run's ratios and then, per target, every run's ratio, their
 median and how many runs met it: on a shared machine a single run's ratio carries minutes of
-drift (benchmarks/RESULTS.md), so the spread over runs is what says whether a target holds.
+drift (docs/RESULTS.md), so the spread over runs is what says whether a target holds.
 
     .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-<date>.jsonl
-    .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-2026-11-26T*.jsonl
+    .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-*.jsonl
 """
 
 import json

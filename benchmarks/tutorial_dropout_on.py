@@ -3,9 +3,9 @@
 Its `Transformer.call(self, inputs)` takes no `training` argument, as on tensorflow.org. Keras 3's
 `fit` passes `training=True` only to a model whose `call` takes it, so the peer's `fit` runs
 every Dropout layer in inference mode: its benchmark trains with no dropout at all, where the
-workload says 0.1 (its compiled step holds no random-number op; benchmarks/RESULTS.md,
-2026-11-27). Keras 2 set the training phase for nested layers either way, which is why the
-tutorial never needed the argument.
+workload says 0.1 (its compiled step holds no random-number op; docs/RESULTS.md). Keras 2 set
+the training phase for nested layers either way, which is why the tutorial never needed the
+argument.
 
 This runs the peer's own benchmark, unchanged except that its model's `call` takes `training`
 (and passes nothing on: Keras hands the flag to the nested layers itself), and records it as

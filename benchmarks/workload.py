@@ -86,8 +86,8 @@ def matmul_ceiling_gflops(n=2048, repeats=10, dtype=tf.float32, jit_compile=True
 
 def machine_description() -> dict:
     """The CPU and kernel a record was measured on. CI draws its machine, and the kinds differ in
-    speed and in whether `malloc` faults large blocks in again (benchmarks/RESULTS.md,
-    2026-11-27 22:40), so a record names its own."""
+    speed and in whether `malloc` faults large blocks in again (docs/RESULTS.md), so a record
+    names its own."""
     cpuinfo = Path("/proc/cpuinfo")
     fields = {}
     for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:

@@ -22,18 +22,24 @@ class Dataset:
     languages: the default pair; test_split: the split results are reported on;
     vocabulary: the kind of its shared vocabulary, "bpe" or "word"
     (`pipelines.tokenizer.load_or_train_tokenizer`); data_dir: where it is read from unless
-    `--data-dir` says (beside the checkout; none for a corpus that is downloaded)."""
+    `--data-dir` says (beside the checkout; none for a corpus that is downloaded); download:
+    `() -> Path`, the directory the corpus is downloaded into where `data_dir` is missing."""
 
     corpus_files: Callable
     languages: tuple[str, str]
     test_split: str
     vocabulary: str = "bpe"
     data_dir: str | None = None
+    download: Callable[[], Path] | None = None
 
 
 DATASETS = {
     "multi30k": Dataset(
-        multi30k.corpus_files, ("en", "de"), "test_2016_flickr", data_dir="../shared/data/multi30k"
+        multi30k.corpus_files,
+        ("en", "de"),
+        "test_2016_flickr",
+        data_dir="../shared/data/multi30k",
+        download=multi30k.download,
     ),
     "wmt14": Dataset(wmt14.corpus_files, ("en", "de"), "test"),
     # Words, as in Vinyals & Kaiser et al. (2015): one token per input word and per output
@@ -74,10 +80,13 @@ def default_split(dataset) -> str:
 
 
 def default_data_dir(dataset) -> Path:
-    """Where `dataset` is read from when `--data-dir` is not given."""
-    data_dir = _dataset(dataset).data_dir
-    if data_dir is None:
+    """Where `dataset` is read from when `--data-dir` is not given: its directory beside the
+    checkout, or where that is missing, the one it is downloaded into."""
+    chosen = _dataset(dataset)
+    if chosen.data_dir is None:
         raise CorpusError(
             f"--dataset {dataset} needs --data-dir: the directory it is downloaded and prepared in"
         )
-    return Path(data_dir)
+    if not Path(chosen.data_dir).is_dir() and chosen.download:
+        return chosen.download()
+    return Path(chosen.data_dir)

@@ -1,16 +1,23 @@
 """Multi30k Task 1 (Elliott et al., 2016): EN→DE / FR / CS image-caption translation.
 
 The raw files (`{train,val,test_2016_flickr}.{en,de,fr,cs}.gz`) are read from a local data
-directory (by default `../shared/data/multi30k` beside the checkout); a user with internet access
-gets them from the public repository `multi30k/dataset` (URL below). `corpus_files` gives the
-file pairs for the trainer; `Multi30k` exposes the same data as a TensorFlow Datasets builder.
+directory (by default `../shared/data/multi30k` beside the checkout). Where that directory is
+missing, `download` fetches them from the public repository `multi30k/dataset` (URL below) with
+TensorFlow Datasets' download manager, as the `Multi30k` builder does, into a cache directory
+(`$KT_DATA_HOME/multi30k`, by default `~/.cache/keras-transformer/multi30k`). `corpus_files`
+gives the file pairs for the trainer; `Multi30k` exposes the same data as a TFDS builder.
 """
 
+import logging
+import os
+import shutil
 from pathlib import Path
 
 import tensorflow_datasets as tfds
 
-from pipelines.corpus import CorpusError, read_parallel_corpus
+from pipelines.corpus import CorpusError, read_parallel_corpus, write_atomically
+
+logger = logging.getLogger(__name__)
 
 DOWNLOAD_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{file}"
 SPLIT_FILES = {"train": "train", "validation": "val", "test_2016_flickr": "test_2016_flickr"}
@@ -34,6 +41,39 @@ def corpus_files(data_dir, source_language, target_language):
             f"{DOWNLOAD_URL.format(file='<file>')} into {data_dir}"
         )
     return files
+
+
+def raw_file_names(languages=LANGUAGES) -> list[str]:
+    return [f"{stem}.{lang}.gz" for stem in SPLIT_FILES.values() for lang in languages]
+
+
+def download_urls(languages=LANGUAGES) -> dict[str, str]:
+    return {name: DOWNLOAD_URL.format(file=name) for name in raw_file_names(languages)}
+
+
+def cache_dir() -> Path:
+    """Where `download` puts the raw files: `$KT_DATA_HOME/multi30k`."""
+    home = os.environ.get("KT_DATA_HOME", Path.home() / ".cache" / "keras-transformer")
+    return Path(home) / "multi30k"
+
+
+def download(data_dir=None, manager=None) -> Path:
+    """The raw files of every language in `data_dir` (default `cache_dir()`), fetched with TFDS's
+    download manager unless they are there already; returns the directory.
+
+    `manager`: a `tfds.download.DownloadManager` (one downloading into `data_dir/downloads` by
+    default). Each file is renamed into place only once complete.
+    """
+    data_dir = Path(data_dir or cache_dir())
+    names = raw_file_names()
+    if all((data_dir / name).is_file() for name in names):
+        return data_dir
+    logger.info("downloading Multi30k into %s from %s", data_dir, DOWNLOAD_URL.format(file=""))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    manager = manager or tfds.download.DownloadManager(download_dir=str(data_dir / "downloads"))
+    for name, path in manager.download(download_urls()).items():
+        write_atomically(data_dir / name, lambda partial, path=path: shutil.copyfile(path, partial))
+    return data_dir
 
 
 class Multi30kConfig(tfds.core.BuilderConfig):
@@ -83,12 +123,8 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
         if directory is not None:
             files = corpus_files(directory, config.source_language, config.target_language)
         else:
-            names = [
-                f"{stem}.{lang}.gz"
-                for stem in SPLIT_FILES.values()
-                for lang in (config.source_language, config.target_language)
-            ]
-            paths = dl_manager.download({n: DOWNLOAD_URL.format(file=n) for n in names})
+            languages = (config.source_language, config.target_language)
+            paths = dl_manager.download(download_urls(languages))
             files = {
                 split: tuple(
                     Path(paths[f"{stem}.{lang}.gz"])

@@ -200,6 +200,7 @@ def test_decoded_lengths_stay_within_the_limits(model):
     assert result.ids.shape[-1] == 8 + 3
 
 
+@pytest.mark.slow
 def test_xla_compiled_search_gives_the_same_translations(model):
     source = tf.constant(padded(SOURCES))
 

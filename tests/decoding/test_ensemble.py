@@ -1,7 +1,6 @@
 """Ensembles: the next token's distribution is the mean of the members', searched as one model's."""
 
 import shutil
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.decoding.ensemble import Ensemble, mean_distribution
 from keras_transformer.decoding.search import beam_decode, cached_step, greedy_decode
 from keras_transformer.decoding.translator import load_run
-from keras_transformer.run_directory import CheckpointError
+from keras_transformer.run_directory import CheckpointError, evaluation_directory
 from pipelines import train_sentencepiece
 from pipelines.tokenizer import BOS_ID
 
@@ -82,6 +81,7 @@ def other_run(run_dir, tmp_path_factory):
     return other
 
 
+@pytest.mark.slow
 def test_translate_command_ensembles_runs(run_dir, tmp_path):
     same = shutil.copytree(run_dir, tmp_path / "same-weights")
     source = tmp_path / "in.en"
@@ -112,6 +112,7 @@ def test_an_ensemble_member_with_another_vocabulary_is_refused_by_name(
         load_run(run_dir, ensemble=[tmp_path / "missing"])
 
 
+@pytest.mark.slow
 def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_run, tmp_path):
     expected = load_run(run_dir, ensemble=[other_run]).translate(SENTENCES, extra_length=EXTRA)
     assert expected != load_run(run_dir).translate(SENTENCES, extra_length=EXTRA)
@@ -144,7 +145,13 @@ def test_an_ensembles_evaluation_names_each_member_by_its_run(tmp_path):
     for run in ("seed2", "vocab16k", "long"):  # a run is the directory with a config.json
         (tmp_path / run).mkdir()
         (tmp_path / run / "config.json").write_text("{}")
-    translator = SimpleNamespace(weights_path=tmp_path / "recipe" / "averaged-last5.weights.h5")
-    assert cli._evaluation_name(translator, members) == (
-        "ensemble-averaged-last5+seed2+vocab16k-ckpt-00002800+long-averaged-last10"
+    weights = tmp_path / "recipe" / "averaged-last5.weights.h5"
+    assert evaluation_directory(tmp_path / "recipe", weights, members) == (
+        tmp_path
+        / "recipe"
+        / "eval"
+        / "ensemble-averaged-last5+seed2+vocab16k-ckpt-00002800+long-averaged-last10"
+    )
+    assert evaluation_directory(tmp_path / "recipe", weights) == (
+        tmp_path / "recipe" / "eval" / "averaged-last5"
     )

@@ -115,6 +115,7 @@ def test_constrained_cached_decoding_equals_uncached(model):
         np.testing.assert_allclose(cached.log_probs, uncached.log_probs, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_constrained_search_compiles_with_xla(model):
     source = padded(SOURCES)
 

@@ -18,6 +18,8 @@ from keras_transformer.parsing.constituency import parse_scores, present
 from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH
 from pipelines.tokenizer import PAD_ID
 
+pytestmark = pytest.mark.slow  # trains a parser through the CLI
+
 # Real files of each split: 89 sentences to train on, 5 to validate, 3 to test.
 SLICE = [*range(1, 11), 160, 185]
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from pipelines import CorpusError, Multi30k, PennTreebankSample, read_parallel_corpus
+from pipelines import CorpusError, Multi30k, PennTreebankSample, datasets, read_parallel_corpus
 from pipelines.ptb import linearize
 from pipelines.wmt14 import corpus_files, wmt14_builder
 
@@ -46,6 +46,28 @@ def test_multi30k_downloads_what_no_manual_directory_holds(tmp_path, multi30k_di
     assert manager.urls["val.de.gz"].endswith("/data/task1/raw/val.de.gz")
     _, first = next(iter(splits["validation"]))
     assert first["en"] and first["de"]
+
+
+def test_without_the_data_beside_the_checkout_multi30k_is_downloaded_once(
+    tmp_path, monkeypatch, multi30k_dir
+):
+    managers = []
+
+    def download_manager(download_dir):
+        managers.append(DownloadOnly(multi30k_dir))
+        return managers[-1]
+
+    monkeypatch.chdir(tmp_path)  # no ../shared/data/multi30k here
+    monkeypatch.setenv("KT_DATA_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(tfds.download, "DownloadManager", download_manager)
+    data_dir = datasets.default_data_dir("multi30k")
+    assert data_dir == tmp_path / "home" / "multi30k"
+    assert managers[0].urls["train.cs.gz"].endswith("/data/task1/raw/train.cs.gz")
+    pairs = datasets.corpus_files("multi30k", data_dir, "en", "fr")
+    corpus = read_parallel_corpus(*pairs["validation"])
+    original = read_parallel_corpus(multi30k_dir / "val.en.gz", multi30k_dir / "val.fr.gz")
+    assert corpus.target == original.target
+    assert datasets.default_data_dir("multi30k") == data_dir and len(managers) == 1  # cached
 
 
 def test_ptb_sample_builds_offline_from_the_zip(tmp_path, ptb_dir, ptb_splits):

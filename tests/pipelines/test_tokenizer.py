@@ -56,6 +56,7 @@ def test_tokenizer_works_inside_a_tf_function(tokenizer):
     assert round_trip(tf.constant(["Two men talk."])).numpy()[0] == b"Two men talk."
 
 
+@pytest.mark.slow
 def test_wordpiece_vocabulary_and_round_trip(tmp_path, train_slice, multi30k_dir):
     path = train_wordpiece(train_slice, tmp_path / "subwords.vocab.txt", vocab_size=1500)
     assert path.read_text().splitlines()[:4] == ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]

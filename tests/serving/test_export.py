@@ -24,6 +24,8 @@ from keras_transformer.serving.tflite import export_tflite
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 
+pytestmark = pytest.mark.slow  # exports SavedModels (XLA) and TFLite models
+
 # A process that knows only TensorFlow and tensorflow-text (for its ops), like a deployment.
 LOAD_AND_TRANSLATE = """
 import json, sys

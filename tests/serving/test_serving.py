@@ -20,6 +20,8 @@ from tensorflow_serving.apis import (
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.serving.server import ModelServer, ServedModel
 
+pytestmark = pytest.mark.slow  # exports and serves a model
+
 SENTENCES = ["A dog runs.", "Two men play football in a park.", "A girl is eating.", "People."]
 NAME = "m30k-ende"
 

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from test_training_cli import train_command
 
 from keras_transformer.run_directory import read_metrics
 from pipelines import train_sentencepiece
 from pipelines.corpus import read_lines
 from repo_paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # two worker processes
 
 WORKER_SCRIPT = Path(__file__).with_name("multi_worker_train.py")
 

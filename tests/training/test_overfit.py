@@ -3,10 +3,13 @@
 import gzip
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_transformer import TransformerConfig
 from keras_transformer.training.trainer import compile_model
+
+pytestmark = pytest.mark.slow  # trains to overfitting
 
 PAIRS = 8
 STEPS = 150

@@ -22,6 +22,8 @@ from keras_transformer.training.trainer import (
     cpu_has_bfloat16_units,
 )
 
+pytestmark = pytest.mark.slow  # XLA compilations and mixed precision
+
 CONFIG = TransformerConfig.preset("tiny", num_layers=1, warmup_steps=5)
 
 

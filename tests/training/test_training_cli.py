@@ -14,6 +14,8 @@ from keras_transformer import cli
 from keras_transformer.run_directory import read_metrics
 from repo_paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # trains in subprocesses
+
 TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512", "--bleu-every", "0"]
 
 
