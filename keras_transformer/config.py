@@ -60,6 +60,13 @@ class TransformerConfig:
         batch_tokens: tokens per batch on each side, source and target (§5.1: about 25,000 over
             8 GPUs); split evenly between replicas.
         learning_rate_scale: factor on Eq. 3; 1.0 is the paper.
+        qkv_initializer_fan: how Glorot-uniform counts the fans of the Q/K/V projection kernels
+            `[d_model, h, d_k or d_v]`; not in the paper, which sets no initializer. "3d" (the
+            default) counts the 3-D kernel, d_model as a receptive field, so they start narrower
+            than a dense layer's; it came in by accident and is kept because it trains as well
+            or better (keras_transformer/layers/head_projection.py). "matrix" counts the
+            `[d_model, h·depth]` matrix: limit √(6 / (d_model + h·depth)), as
+            `keras.layers.EinsumDense` would.
     """
 
     vocab_size: int = 37000
@@ -86,6 +93,7 @@ class TransformerConfig:
     train_steps: int = 100_000
     batch_tokens: int = 25_000
     learning_rate_scale: float = 1.0
+    qkv_initializer_fan: str = "3d"
 
     def __post_init__(self):
         self._check_types()
@@ -162,6 +170,12 @@ class TransformerConfig:
             0.0 <= self.adam_beta_2 < 1.0, "adam_beta_2", self.adam_beta_2, "must be in [0, 1)"
         )
         _require(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "must be positive")
+        _require(
+            self.qkv_initializer_fan in ("3d", "matrix"),
+            "qkv_initializer_fan",
+            self.qkv_initializer_fan,
+            "must be '3d' or 'matrix'",
+        )
 
     @property
     def shared_vocabulary(self) -> bool:
@@ -307,15 +321,11 @@ def _build_presets() -> dict[str, TransformerConfig]:
         "small": base.replace(
             vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4, batch_tokens=4096
         ),
-        # Multi30k on a CPU: the Transformer-Tiny recipe published at 41.0 tokenized BLEU on
-        # EN->DE test_2016_flickr (4+4 layers of width 128, 8k shared BPE, ~4k tokens a batch),
-        # and its schedule: warmup 2000 to a peak of 5e-3 (scale 2.53 on Eq. 3). Dropout 0.2,
-        # not its 0.3: in the 50 minutes of the recipe, 0.2 gave 36.9 val BLEU (beam 4, last 5
-        # averaged) against 33.5 (docs/RESULTS.md).
-        # A short warmup is worse even for short runs: warmup 600 to 5e-3 gave 9.3 greedy val
-        # BLEU after 1,159 steps here, and the same schedule in the PyTorch recipe 7.8 where its
-        # own gives 16.6; at 1,500 steps warmup 1000-2000 to 3-5e-3 gave 22.7-23.5
-        # (docs/RESULTS.md).
+        # Multi30k on a CPU: the published Transformer-Tiny recipe for EN->DE test_2016_flickr
+        # (4+4 layers of width 128, 8k shared BPE, ~4k tokens a batch), and its schedule:
+        # warmup 2000 to a peak of 5e-3 (scale 2.53 on Eq. 3). Dropout 0.2, not its 0.3: 0.3
+        # scored lower in the recipe's time budget. A shorter warmup is worse even for short
+        # runs (docs/RESULTS.md).
         "multi30k": base.replace(
             vocab_size=8000,
             num_layers=4,
@@ -341,9 +351,9 @@ def _build_presets() -> dict[str, TransformerConfig]:
         ),
         # English constituency parsing, §6.3, on NLTK's 3,396-tree sample of the WSJ
         # (pipelines/ptb.py): the paper's 4 layers, at width 128 instead of its 1024. On a
-        # corpus 12x smaller than the paper's WSJ, epochs matter more than width: at width 256
-        # this CPU trained ~600 target tokens/s, ~7 epochs an hour; width 128 (~2.3M
-        # parameters, a third of the compute per token) gives ~2.5x the epochs in the same time.
+        # corpus 12x smaller than the paper's WSJ, epochs matter more than width: width 128
+        # (~2.3M parameters, a third of width 256's compute per token) trains several times
+        # the epochs in the same time (docs/RESULTS.md).
         # Residual dropout 0.1, the paper's base value: at 0.3 a run's training loss stayed at
         # its validation loss (underfitting). A 4k word vocabulary (pipelines/datasets.py: the
         # commonest words of the ~11k types, the rest UNK, and every bracket label one token)

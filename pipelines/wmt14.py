@@ -5,8 +5,8 @@ download and prepare `wmt14_translate/de-en` (or `fr-en`) in DIR on first use (s
 needs internet access, or a `manual_dir` holding the files TFDS names), then writes each split
 once as aligned text files under `DIR/wmt14_text/<pair>/` for the trainer. The splits are TFDS's:
 train, validation (newstest2013, the paper's development set, §6.2) and test (newstest2014, on
-which §6.1 reports). This machine cannot download the corpus, so its tests stop at the builder
-and run the export on a stand-in.
+which §6.1 reports). The tests do not download the corpus: they stop at the builder and run
+the export on a stand-in.
 """
 
 import os

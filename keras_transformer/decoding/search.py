@@ -69,11 +69,10 @@ def greedy_search(
 
     Each step reads the logits vocabulary-major, `[vocab, batch]`. XLA then computes the tied
     output projection that produces them as E·hᵀ instead of h·Eᵀ: on a CPU, the matrix kernels
-    run a product of 8,000 rows by a 16-sentence slice's 16 columns faster than the other way
-    round (27% less time for that product in the model; benchmarks/RESULTS.md). XLA folds the
-    transpose into the product only when it comes straight after it, which is why `banned_ids`
-    is applied here, after the transpose: a mask in between keeps the product batch-major and
-    copies its output.
+    run a product of a vocabulary's many rows by a slice's few sentence columns faster than the
+    other way round (docs/RESULTS.md). XLA folds the transpose into the product only when it
+    comes straight after it, which is why `banned_ids` is applied here, after the transpose: a
+    mask in between keeps the product batch-major and copies its output.
     """
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     batch_size = tf.shape(initial_ids)[0]
@@ -274,9 +273,8 @@ def decode_side_by_side(search, source_ids, *args, slices=None):
     independently, so the result equals `search(source_ids, *args)`.
 
     Why: a decoding step multiplies matrices of only `batch` rows, which the matrix-product
-    kernels split badly across threads. On the 2-core CI machine, 32 sentences decoded as two
-    slices of 16 side by side took 90 ms against 124 ms as one batch (greedy; beam 4: 285
-    against 409 ms); benchmarks/RESULTS.md has the measurements.
+    kernels split badly across threads; slices decoded side by side, one per core, finish
+    sooner than one batch, greedy or beam (docs/RESULTS.md).
 
     `slices`: see `side_by_side_slices`; the first `batch % slices` slices get one row more
     than the others.

@@ -9,7 +9,7 @@ Decoding runs in a `tf.function` traced (with `jit_compile`, compiled) once per 
 shape; source lengths are padded up to a multiple of `LENGTH_BUCKET` and a batch's rows up to a
 size in `ROW_BUCKETS`, so a long input file, or many calls with a few sentences each, cause a
 handful of traces, not one per batch. On a CPU each batch is cut into one slice per core,
-decoded side by side (`decoding.decode_side_by_side`). `load_run` builds a translator from a
+decoded side by side (`search.decode_side_by_side`). `load_run` builds a translator from a
 training run directory.
 
 Example (needs a trained run, so not run as a doctest)::
@@ -59,7 +59,7 @@ class Translator:
         model: a trained `Transformer`, or an `ensemble.Ensemble` of them.
         tokenizer: the `SubwordTokenizer` it was trained with.
         jit_compile: compile the search with XLA (one compilation per padded batch shape).
-        constraint: optional restriction of the search's outputs (see `decoding.greedy_decode`),
+        constraint: optional restriction of the search's outputs (see `search.greedy_decode`),
             such as `tree_constraint.WellFormedTrees`.
         slices: how many slices of a batch to decode side by side; default one per CPU core
             (`decoding.side_by_side_slices`).

@@ -42,7 +42,7 @@ SPECIAL_IDS = (PAD_ID, BOS_ID, EOS_ID)
 
 
 class WellFormedTrees:
-    """The constraint `decoding.greedy_decode` and `decoding.beam_decode` take as `constraint`.
+    """The constraint `search.greedy_decode` and `search.beam_decode` take as `constraint`.
 
     Args:
         open_ids: the ids of the opening brackets (`(S`, `(NP`, ...).

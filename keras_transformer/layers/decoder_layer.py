@@ -61,6 +61,7 @@ class DecoderLayer(EncoderLayer):
             self.d_k,
             self.d_v,
             self.attention_dropout,
+            initializer_fan=self.initializer_fan,
             name="cross_attention",
             dtype=self.dtype_policy,
         )

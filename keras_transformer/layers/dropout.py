@@ -4,9 +4,9 @@ XLA computes inside the operations that use them.
 The paper drops out the output of every sub-layer and the sums of embeddings and positions:
 17 masks of `[batch, length, d_model]` a step in the `small` model, 32 in `base`. Keras's
 `Dropout` draws them with TensorFlow's Philox, which XLA on CPU expands into slow 64-bit
-arithmetic (15% of a `small` step); TensorFlow's ThreeFry took a third of that, but XLA still
-compiles its 20 rounds apart from the dropout and recomputes them for the gradients: a third
-of the `base` step's thread time outside the matrix products (benchmarks/RESULTS.md).
+arithmetic; TensorFlow's ThreeFry is cheaper, but XLA still compiles its 20 rounds apart from
+the dropout and recomputes them for the gradients, a large share of a step's time outside the
+matrix products (docs/RESULTS.md).
 
 So where XLA compiles the step, the masks come from a counter-based hash instead: element i
 of a call's mask is dropped when `fmix(fmix(i ^ k1) ^ k2) < rate · 2³²`, with `fmix` the 32-bit

@@ -22,6 +22,8 @@ class EncoderLayer(keras.layers.Layer):
         residual_dropout: P_drop (§5.4).
         attention_dropout, relu_dropout: extra dropouts, not in the paper (default 0).
         layer_norm_epsilon: layer normalization ε.
+        initializer_fan: how the Q/K/V kernels' Glorot-uniform counts fans, "3d" or "matrix"
+            (`HeadProjection`); not in the paper.
 
     Call arguments:
         inputs: `[batch, source_length, d_model]`.
@@ -48,6 +50,7 @@ class EncoderLayer(keras.layers.Layer):
         attention_dropout=0.0,
         relu_dropout=0.0,
         layer_norm_epsilon=1e-6,
+        initializer_fan="3d",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -59,6 +62,7 @@ class EncoderLayer(keras.layers.Layer):
         self.attention_dropout = attention_dropout
         self.relu_dropout = relu_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.initializer_fan = initializer_fan
 
     def build(self, input_shape):
         self.self_attention = MultiHeadAttention(
@@ -66,6 +70,7 @@ class EncoderLayer(keras.layers.Layer):
             self.d_k,
             self.d_v,
             self.attention_dropout,
+            initializer_fan=self.initializer_fan,
             name="self_attention",
             dtype=self.dtype_policy,
         )
@@ -113,5 +118,6 @@ class EncoderLayer(keras.layers.Layer):
             attention_dropout=self.attention_dropout,
             relu_dropout=self.relu_dropout,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            initializer_fan=self.initializer_fan,
         )
         return config

@@ -9,23 +9,33 @@ The bias is added in that output layout, after the relayout rather than before i
 gradient is summed straight from the attention's matrix products. XLA on CPU hands such a
 reduction to YNNPACK; summed from a relaid-out tensor, as `keras.layers.EinsumDense` with
 `"btm,mhd->bthd"` and a transpose after it does, the reduction is left unfused and rewritten
-into reduce-windows (`benchmarks/RESULTS.md`, the `base` profile: 54 of its 118).
+into reduce-windows (docs/RESULTS.md).
 
 The variables are those of `keras.layers.EinsumDense("btm,mhd->bthd", bias_axes="hd")`, kernel
 `[d_model, heads, depth]` then bias `[heads, depth]`, so checkpoints of either load into the
-other. Their initial scale is not (the paper sets none): Glorot-uniform over the 3-D kernel
-counts d_model as a receptive field, fan-in h·d_model and fan-out depth·d_model, where
-EinsumDense takes the matrix's d_model and h·depth. These kernels start (h + depth)·d_model /
-(d_model + h·depth) times narrower in variance: 18 for `multi30k`, 36 for `base` (4.2× and 6×
-in spread). That came in unnoticed with this layer (commit f83039e) and was found by bisection:
-at equal updates it lowers the validation loss after one Multi30k epoch (EN→FR: 6.22 to 5.93)
-and speeds the first thousand updates; after 2,147 updates EN→FR's test BLEU is 52.3 against
-46.0 before, while EN→DE after 2,800 ends where it did (validation 36.75 against 36.90, within
-a seed's spread; docs/RESULTS.md). It is kept, and tests/test_attention.py holds it.
+other. Their initial scale is not (the paper sets none): by default (`initializer_fan="3d"`)
+Glorot-uniform over the 3-D kernel counts d_model as a receptive field, fan-in h·d_model and
+fan-out depth·d_model, where EinsumDense takes the matrix's d_model and h·depth. These kernels
+start (h + depth)·d_model / (d_model + h·depth) times narrower in variance: 18 for `multi30k`,
+36 for `base`. That came in by accident with this layer and is kept because it trains as well
+or better (docs/RESULTS.md); `initializer_fan="matrix"` (`TransformerConfig.qkv_initializer_fan`)
+gives EinsumDense's scale instead. tests/layers/test_attention.py holds both.
 """
 
 import keras
 from keras import ops
+
+# The ways `HeadProjection(initializer_fan=...)` and `TransformerConfig.qkv_initializer_fan`
+# count the kernel's fans for Glorot-uniform.
+INITIALIZER_FANS = ("3d", "matrix")
+
+
+def matrix_glorot_uniform(shape, dtype=None):
+    """Glorot-uniform for a `[d_model, h, depth]` kernel seen as the `[d_model, h·depth]`
+    matrix: limit √(6 / (d_model + h·depth)), the scale `EinsumDense("btm,mhd->bthd")` gives."""
+    d_model, heads, depth = shape
+    matrix = keras.initializers.GlorotUniform()((d_model, heads * depth), dtype=dtype)
+    return ops.reshape(matrix, shape)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -37,6 +47,9 @@ class HeadProjection(keras.layers.Layer):
         depth: d_k (queries, keys) or d_v (values).
         transposed: return `[batch, heads, depth, length]` (keys, for Q·Kᵀ) instead of
             `[batch, heads, length, depth]`.
+        initializer_fan: how Glorot-uniform counts the kernel's fans (see the module doc):
+            "3d" (default) over the 3-D kernel `[d_model, h, depth]`, the narrower start;
+            "matrix" over the `[d_model, h·depth]` matrix, `EinsumDense`'s scale.
 
     Call arguments:
         inputs: `[batch, length, d_model]`.
@@ -51,17 +64,26 @@ class HeadProjection(keras.layers.Layer):
     (1, 2, 4, 3)
     """
 
-    def __init__(self, num_heads, depth, transposed=False, **kwargs):
+    def __init__(self, num_heads, depth, transposed=False, initializer_fan="3d", **kwargs):
         super().__init__(**kwargs)
+        if initializer_fan not in INITIALIZER_FANS:
+            raise ValueError(
+                f"initializer_fan={initializer_fan!r} must be one of {INITIALIZER_FANS}"
+            )
         self.num_heads = num_heads
         self.depth = depth
         self.transposed = transposed
+        self.initializer_fan = initializer_fan
 
     def build(self, input_shape):
         self.kernel = self.add_weight(
             name="kernel",
             shape=(input_shape[-1], self.num_heads, self.depth),
-            initializer="glorot_uniform",  # over the 3-D shape: narrower, see the module doc
+            initializer=(
+                "glorot_uniform"  # over the 3-D shape: narrower, see the module doc
+                if self.initializer_fan == "3d"
+                else matrix_glorot_uniform
+            ),
         )
         self.bias = self.add_weight(
             name="bias", shape=(self.num_heads, self.depth), initializer="zeros"
@@ -80,5 +102,10 @@ class HeadProjection(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_heads=self.num_heads, depth=self.depth, transposed=self.transposed)
+        config.update(
+            num_heads=self.num_heads,
+            depth=self.depth,
+            transposed=self.transposed,
+            initializer_fan=self.initializer_fan,
+        )
         return config

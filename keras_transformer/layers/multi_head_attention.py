@@ -23,6 +23,8 @@ class MultiHeadAttention(keras.layers.Layer):
         d_k: query/key width per head.
         d_v: value width per head.
         attention_dropout: dropout on the attention weights; the paper uses none.
+        initializer_fan: how the Q/K/V kernels' Glorot-uniform counts fans, "3d" or "matrix"
+            (`HeadProjection`); not in the paper.
 
     Call arguments:
         query: `[batch, query_length, d_model]`.
@@ -45,12 +47,13 @@ class MultiHeadAttention(keras.layers.Layer):
     (1, 3, 8)
     """
 
-    def __init__(self, num_heads, d_k, d_v, attention_dropout=0.0, **kwargs):
+    def __init__(self, num_heads, d_k, d_v, attention_dropout=0.0, initializer_fan="3d", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.d_k = d_k
         self.d_v = d_v
         self.attention_dropout = attention_dropout
+        self.initializer_fan = initializer_fan
         # Set `record_attention = True` to keep the weights of the last eager call in
         # `last_attention_weights` `[batch, heads, q, k]`: how the attention plots read them.
         self.record_attention = False
@@ -62,7 +65,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
         def projection(name, depth, transposed=False):
             return HeadProjection(
-                self.num_heads, depth, transposed=transposed, name=name, dtype=self.dtype_policy
+                self.num_heads,
+                depth,
+                transposed=transposed,
+                initializer_fan=self.initializer_fan,
+                name=name,
+                dtype=self.dtype_policy,
             )
 
         self.query_dense = projection("query", self.d_k)
@@ -121,5 +129,6 @@ class MultiHeadAttention(keras.layers.Layer):
             d_k=self.d_k,
             d_v=self.d_v,
             attention_dropout=self.attention_dropout,
+            initializer_fan=self.initializer_fan,
         )
         return config

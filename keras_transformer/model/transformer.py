@@ -97,6 +97,7 @@ class Transformer(keras.Model):
             attention_dropout=config.attention_dropout,
             relu_dropout=config.relu_dropout,
             layer_norm_epsilon=config.layer_norm_epsilon,
+            initializer_fan=config.qkv_initializer_fan,
         )
         self.encoder_layers = [
             EncoderLayer(**layer_args, name=f"encoder_layer_{i}") for i in range(config.num_layers)

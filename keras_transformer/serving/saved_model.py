@@ -27,10 +27,9 @@ translator carries a `tree_constraint.WellFormedTrees`, which then goes into eve
 TensorFlow Serving requires every input of a signature, so the search settings get a signature of
 their own rather than optional inputs.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
-as one XLA program: on the project's 2-core CPU a one-sentence request takes 2.7-2.9x less time
-(benchmarks/RESULTS.md, "Serving with XLA"). XLA compiles once per request shape and search
-settings, seconds each; the search pads a request's batch to a size in
-`translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
+as one XLA program, which answers a request in much less time (docs/RESULTS.md). XLA compiles
+once per request shape and search settings, seconds each; the search pads a request's batch to
+a size in `translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
 `translator.LENGTH_BUCKET`, so a server compiles a bounded set of programs, not one per batch
 size and width. Such an export also holds TensorFlow Serving's warm-up requests
 (`WARMUP_REQUESTS`): one sentence (or each batch size asked for at export) at every padded width

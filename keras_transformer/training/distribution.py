@@ -61,9 +61,9 @@ def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:
         )
     if count == 1:
         # One CPU device needs no mirroring. The default strategy saves MirroredStrategy's
-        # per-step replica machinery (~3% of a `small` step here), and Keras's gradient
-        # accumulation works under it only (under MirroredStrategy its update, a merge_call,
-        # sits inside a cond, which TensorFlow rejects).
+        # per-step replica machinery, and Keras's gradient accumulation works under it only
+        # (under MirroredStrategy its update, a merge_call, sits inside a cond, which
+        # TensorFlow rejects).
         return tf.distribute.get_strategy()
     # NCCL, MirroredStrategy's default reduction, needs GPUs.
     return tf.distribute.MirroredStrategy(

@@ -40,9 +40,9 @@ class MaskedAccuracy(_TokenMetric):
     """Fraction of non-padding target tokens whose argmax prediction is right.
 
     Counted as "the reference's logit is the largest": two reductions that XLA shares with the
-    loss, where an argmax is a variadic reduction of its own that took a quarter of the
-    `multi30k` preset's training step (benchmarks/RESULTS.md). Only an exact tie for the largest
-    logit counts differently: as right, where argmax takes the first index.
+    loss, where an argmax is a variadic reduction of its own, costly on a CPU under XLA
+    (docs/RESULTS.md). Only an exact tie for the largest logit counts differently: as right,
+    where argmax takes the first index.
     """
 
     def __init__(self, name="accuracy", **kwargs):

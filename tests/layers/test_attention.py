@@ -2,11 +2,16 @@
 
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
+from keras_transformer.config import ConfigError, TransformerConfig
+from keras_transformer.layers.decoder_layer import DecoderLayer
+from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.head_projection import HeadProjection
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.scaled_dot_product_attention import scaled_dot_product_attention
+from keras_transformer.model.transformer import Transformer
 from layer_testing import assert_config_round_trip
 
 
@@ -105,6 +110,71 @@ def test_head_projection_starts_narrower_than_einsum_dense_as_measured():
     np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.03)
     narrower = ops.convert_to_numpy(dense.kernel).std() / kernel.std()
     np.testing.assert_allclose(narrower, np.sqrt(18), rtol=0.03)
+
+
+def test_head_projection_matrix_fan_starts_at_einsum_dense_scale():
+    """`initializer_fan="matrix"`: Glorot over the `[d_model, h·depth]` matrix, limit
+    √(6 / (d_model + h·depth)), the spread EinsumDense gives the same kernel."""
+    d_model, heads, depth = 128, 4, 32
+    x = np.zeros((1, 2, d_model), "float32")
+    projection = HeadProjection(num_heads=heads, depth=depth, initializer_fan="matrix")
+    dense = keras.layers.EinsumDense(
+        "btm,mhd->bthd", output_shape=(None, heads, depth), bias_axes="hd"
+    )
+    projection(x), dense(x)
+    limit = np.sqrt(6 / (d_model + heads * depth))
+    kernel = ops.convert_to_numpy(projection.kernel)
+    assert kernel.shape == (d_model, heads, depth)
+    assert np.abs(kernel).max() <= limit * (1 + 1e-6)
+    np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.03)
+    np.testing.assert_allclose(kernel.std(), ops.convert_to_numpy(dense.kernel).std(), rtol=0.03)
+
+
+@pytest.mark.parametrize("initializer_fan", ["3d", "matrix"])
+def test_initializer_fan_round_trips_through_the_layers(initializer_fan):
+    x = np.random.default_rng(4).normal(size=(2, 3, 8)).astype("float32")
+    projection = HeadProjection(num_heads=2, depth=4, initializer_fan=initializer_fan)
+    assert_config_round_trip(projection, x)
+    attention = MultiHeadAttention(num_heads=2, d_k=4, d_v=2, initializer_fan=initializer_fan)
+    assert_config_round_trip(attention, x, x)
+    assert attention.get_config()["initializer_fan"] == initializer_fan
+    args = dict(num_heads=2, d_k=4, d_v=4, d_ff=16, residual_dropout=0.1)
+    encoder = EncoderLayer(**args, initializer_fan=initializer_fan)
+    decoder = DecoderLayer(**args, initializer_fan=initializer_fan)
+    assert_config_round_trip(encoder, x)
+    assert_config_round_trip(decoder, x, x)
+    for layer in (encoder, decoder):
+        assert layer.get_config()["initializer_fan"] == initializer_fan
+    for attention in (encoder.self_attention, decoder.self_attention, decoder.cross_attention):
+        assert attention.query_dense.initializer_fan == initializer_fan
+
+
+def test_unknown_initializer_fan_is_refused():
+    with pytest.raises(ValueError, match="initializer_fan"):
+        HeadProjection(num_heads=2, depth=4, initializer_fan="2d")
+
+
+def test_qkv_initializer_fan_config_option_reaches_the_model():
+    config = TransformerConfig.preset("tiny").with_overrides(["qkv_initializer_fan=matrix"])
+    assert config.qkv_initializer_fan == "matrix"
+    assert TransformerConfig.from_json(config.to_json()) == config
+    saved = TransformerConfig.preset("tiny").to_dict()
+    del saved["qkv_initializer_fan"]  # a run's config.json from before the option
+    assert TransformerConfig.from_dict(saved).qkv_initializer_fan == "3d"
+    model = Transformer(config)
+    heads, d_k = config.num_heads, config.d_k
+    for layer in (*model.encoder_layers, *model.decoder_layers):
+        assert layer.initializer_fan == "matrix"
+    kernel = ops.convert_to_numpy(model.encoder_layers[0].self_attention.query_dense.kernel)
+    assert np.abs(kernel).max() <= np.sqrt(6 / (config.d_model + heads * d_k)) * (1 + 1e-6)
+    assert np.abs(kernel).max() > np.sqrt(6 / ((heads + d_k) * config.d_model))
+    assert Transformer.from_config(model.get_config()).config.qkv_initializer_fan == "matrix"
+
+
+@pytest.mark.parametrize("override", ["qkv_initializer_fan=2d", "qkv_initializer_fan=3"])
+def test_unknown_qkv_initializer_fan_names_the_field(override):
+    with pytest.raises(ConfigError, match="qkv_initializer_fan"):
+        TransformerConfig.preset("tiny").with_overrides([override])
 
 
 def test_multi_head_attention_separate_key_and_value_widths():
