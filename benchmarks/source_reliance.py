@@ -6,9 +6,8 @@ first `--sentences` pairs of a split with teacher forcing three times: with each
 source, with the sources shuffled among the pairs (right length distribution, wrong content), and
 with empty sources (EOS only). It prints one JSON object: mean cross entropy (nats) and accuracy
 per non-padding target token for each, and the gaps. A model that reads its source shows a large
-`shuffled - true` gap (the README's Multi30k EN→DE run: 3.75 nats); one near zero writes about
-the same output whatever the input (the README's parsing runs with the XX target: 0.03–0.045;
-with the lexicalized target the gap grew to 2.9 as it trained).
+`shuffled - true` gap; one near zero writes about the same output whatever the input
+(docs/RESULTS.md has the gaps of the Multi30k and parsing runs).
 
     .venv/bin/python benchmarks/source_reliance.py RUN [--weights W] [--split validation]
         [--sentences 200]

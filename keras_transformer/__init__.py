@@ -4,7 +4,8 @@ Keras 3, with the tools to train, decode, evaluate and serve it.
 The public API of a `model.fit` script (examples/train_with_fit.py):
 
     from keras_transformer import (
-        LabelSmoothedCrossEntropy, Transformer, TransformerConfig, TransformerSchedule)
+        LabelSmoothedCrossEntropy, Transformer, TransformerConfig, TransformerSchedule,
+        Translator, export_saved_model)
 
 Packages by role, each importing only those below it (docs/DESIGN.md; tests/test_architecture.py
 holds the contract):
@@ -39,6 +40,10 @@ _PUBLIC = {
     "LabelSmoothedCrossEntropy": "keras_transformer.training.losses",
     "MaskedAccuracy": "keras_transformer.training.metrics",
     "Perplexity": "keras_transformer.training.metrics",
+    "Translator": "keras_transformer.decoding.translator",
+    "load_run": "keras_transformer.decoding.translator",
+    "export_saved_model": "keras_transformer.serving.saved_model",
+    "export_tflite": "keras_transformer.serving.tflite",
 }
 
 __all__ = sorted(_PUBLIC)

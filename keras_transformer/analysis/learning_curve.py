@@ -1,6 +1,6 @@
 """Learning curves of a run: loss and validation BLEU (or parsing F1) against wall-clock minutes.
 
-Reads the run's `metrics.jsonl` with `callbacks.read_metrics`: the resumed processes laid end to
+Reads the run's `metrics.jsonl` with `run_directory.read_metrics`: the resumed processes laid end to
 end, so that the x axis is the run's total training time, and each step once, as the weights
 last saw it.
 """
