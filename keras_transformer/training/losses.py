@@ -7,7 +7,9 @@ The smoothed target puts 1 - ε on the reference token and spreads ε uniformly 
 vocabulary, q = (1 - ε)·onehot(y) + ε/V, as in Szegedy et al. (2016) and Keras's own
 `label_smoothing`. Padding positions (id 0) carry no loss; the loss is the mean over the real
 tokens of the whole global batch, also when it is split across replicas (see
-`global_token_count`).
+`global_token_count`). Under gradient accumulation each micro-batch's loss is its own mean, and
+the optimizer weights each micro-batch's gradient by its token count (`record_tokens`), so the
+update is that of the mean over all the micro-batches' tokens.
 """
 
 import keras
@@ -70,6 +72,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Args:
         label_smoothing: ε_ls (0.1 in the paper).
+        record_tokens: optional callable given each batch's non-padding target token count
+            (global across replicas): the optimizer's `record_tokens` under gradient
+            accumulation, which weights each micro-batch's gradient by it
+            (`optimizer.TokenWeightedAccumulation`). A live link, not part of `get_config`.
 
     Call arguments:
         y_true: int `[batch, length]` target ids, 0 = padding.
@@ -82,14 +88,23 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     1.3863
     """
 
-    def __init__(self, label_smoothing=0.1, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self,
+        label_smoothing=0.1,
+        name="label_smoothed_cross_entropy",
+        record_tokens=None,
+        **kwargs,
+    ):
         super().__init__(name=name, reduction="none", **kwargs)
         self.label_smoothing = label_smoothing
+        self.record_tokens = record_tokens
 
     def call(self, y_true, y_pred):
         losses = token_cross_entropy(y_true, y_pred, self.label_smoothing)
-        tokens = ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32"))
-        return ops.sum(losses) / ops.maximum(global_token_count(tokens), 1.0)
+        tokens = global_token_count(ops.sum(ops.cast(ops.not_equal(y_true, PAD_ID), "float32")))
+        if self.record_tokens is not None:
+            self.record_tokens(tokens)
+        return ops.sum(losses) / ops.maximum(tokens, 1.0)
 
     def get_config(self):
         return {"label_smoothing": self.label_smoothing, "name": self.name}

@@ -5,7 +5,13 @@
 "This corresponds to increasing the learning rate linearly for the first warmup_steps training
 steps, and decreasing it thereafter proportionally to the inverse square root of the step number."
 Adam uses β1 = 0.9, β2 = 0.98 and ε = 10^-9.
+
+Gradient accumulation (`train --accumulate N`) makes one update of N micro-batches, weighting each
+by its non-padding target tokens (`TokenWeightedAccumulation`), so that the update is the one of
+a single batch holding all N.
 """
+
+import warnings
 
 import keras
 from keras import ops
@@ -58,19 +64,143 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+class TokenWeightedAccumulation:
+    """Gradient accumulation weighted by tokens, for a Keras optimizer (a mixin, listed first).
+
+    Keras's `gradient_accumulation_steps` averages the N micro-batches' gradients with equal
+    weight. Each micro-batch's loss, though, is the mean over its own n_i non-padding target
+    tokens (`LabelSmoothedCrossEntropy`), so its gradient is g_i = ∇S_i / n_i, with S_i the sum of
+    its token losses, and the equal-weight average Σ g_i / N is not the gradient of the whole
+    batch's per-token mean when the n_i differ. This optimizer accumulates n_i·g_i = ∇S_i and
+    Σ n_i, and the update applies
+
+        Σ_i ∇S_i / Σ_i n_i,
+
+    the gradient of the sum of token losses over all N micro-batches divided by their total
+    token count: what one batch holding all N micro-batches would give. The loss tells n_i
+    through `record_tokens` (`LabelSmoothedCrossEntropy(record_tokens=...)`) in each training
+    step, before the gradients reach the optimizer; a step whose loss told none is an error.
+
+    Everything else is Keras's accumulation: the optimizer's `iterations` counts updates (its
+    internal counter, which the learning-rate schedule receives, counts micro-batches), the
+    gradient accumulators are Keras's variables, and the running token count is one more
+    optimizer variable, saved last, so a backup also holds a partial accumulation.
+    `load_own_variables` still reads a backup made before that variable existed. Without
+    `gradient_accumulation_steps` the optimizer is its base class unchanged.
+
+    A single replica only: Keras's accumulation does not run under MirroredStrategy (see
+    `distribution.create_strategy`), and the trainer refuses `--accumulate` with several replicas.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.gradient_accumulation_steps and self.use_ema:
+            raise ValueError("token-weighted gradient accumulation does not support use_ema")
+        self._recorded_tokens = None
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        if self.gradient_accumulation_steps:
+            # Float32 counts tokens exactly up to 2^24 an update, far above any batch.
+            self._accumulated_tokens = self.add_variable(
+                (), dtype="float32", aggregation="only_first_replica", name="accumulated_tokens"
+            )
+
+    def record_tokens(self, tokens):
+        """Takes the current micro-batch's non-padding target token count (the denominator of its
+        mean loss; across replicas, the global count), for the update that follows."""
+        # A plain attribute, no variable: the loss and the update are traced into the same step
+        # function, the loss first, and the update takes it (see `_backend_apply_gradients`).
+        if self.gradient_accumulation_steps:
+            self._recorded_tokens = ops.cast(tokens, "float32")
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        if not self.gradient_accumulation_steps:
+            super()._backend_apply_gradients(grads, trainable_variables)
+            return
+        tokens, self._recorded_tokens = self._recorded_tokens, None
+        if tokens is None:
+            raise ValueError(
+                "token-weighted gradient accumulation needs each micro-batch's token count: "
+                "compile with loss=LabelSmoothedCrossEntropy(..., "
+                "record_tokens=optimizer.record_tokens)"
+            )
+        # The micro-batch's loss was its token-loss sum over max(n, 1), so n·g is that sum's
+        # gradient (zero for a micro-batch without tokens).
+        sums = [g * ops.cast(tokens, g.dtype) for g in grads]
+        # The accumulators map to the variables by index: `trainable_variables` may have been
+        # filtered (as in Keras's own accumulation).
+        accumulated = [
+            self._accumulated_gradients[self._get_variable_index(v)] for v in trainable_variables
+        ]
+        total_tokens = self._accumulated_tokens + tokens
+        is_update_step = (self._iterations + 1) % self.gradient_accumulation_steps == 0
+
+        def update():
+            denominator = ops.maximum(total_tokens, 1.0)
+            mean = [
+                (s + a) / ops.cast(denominator, s.dtype)
+                for s, a in zip(sums, accumulated, strict=True)
+            ]
+            mean = self._clip_gradients(mean)
+            self._apply_weight_decay(trainable_variables)
+            self._backend_update_step(mean, trainable_variables, self.learning_rate)
+            self._backend_reset_gradient_accumulators()
+            self._accumulated_tokens.assign(0.0)
+
+        def accumulate():
+            self._backend_increment_gradient_accumulators(sums, accumulated)
+            self._accumulated_tokens.assign(total_tokens)
+
+        ops.cond(is_update_step, update, accumulate)
+
+    def load_own_variables(self, store):
+        # A backup written before the token count existed lacks only that last variable; its
+        # accumulators then hold equal-weight sums, exact to resume from when they are zero, as
+        # at every update boundary.
+        if not (
+            self.gradient_accumulation_steps
+            and self.variables
+            and len(store.keys()) == len(self.variables) - 1
+        ):
+            super().load_own_variables(store)
+            return
+        for i, variable in enumerate(self.variables[:-1]):
+            variable.assign(store[str(i)])
+        self._accumulated_tokens.assign(0.0)
+        if any(ops.any(ops.not_equal(a, 0)) for a in self._accumulated_gradients):
+            warnings.warn(
+                f"optimizer '{self.name}': the backup holds a partial gradient accumulation "
+                "without its token count; the first update after resuming weighs it wrongly",
+                stacklevel=2,
+            )
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TokenWeightedAdam(TokenWeightedAccumulation, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` with token-weighted gradient accumulation."""
+
+
 def create_optimizer(config, accumulation_steps=1):
     """Adam(β1, β2, ε from `config`) driven by `TransformerSchedule` (§5.3).
 
-    With `accumulation_steps` > 1 each update averages the gradients of that many
-    micro-batches, so a batch of the paper's 25k tokens fits in less memory; `iterations`
-    counts updates.
+    With `accumulation_steps` > 1 it is a `TokenWeightedAdam`: each update applies the gradient
+    of the sum of token losses over that many micro-batches divided by their total non-padding
+    target tokens, the whole batch's per-token mean, so a batch of the paper's 25k tokens fits
+    in less memory. The loss must tell it each micro-batch's token count
+    (`LabelSmoothedCrossEntropy(record_tokens=optimizer.record_tokens)`, as
+    `trainer.compile_model` does). `iterations` counts updates. With 1 it is a plain Adam.
     """
-    return keras.optimizers.Adam(
+    adam = dict(
         learning_rate=TransformerSchedule(
             config.d_model, config.warmup_steps, config.learning_rate_scale, accumulation_steps
         ),
         beta_1=config.adam_beta_1,
         beta_2=config.adam_beta_2,
         epsilon=config.adam_epsilon,
-        gradient_accumulation_steps=accumulation_steps if accumulation_steps > 1 else None,
     )
+    if accumulation_steps > 1:
+        return TokenWeightedAdam(**adam, gradient_accumulation_steps=accumulation_steps)
+    return keras.optimizers.Adam(**adam)

@@ -28,9 +28,8 @@ from keras_transformer.training.optimizer import create_optimizer
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# Under XLA every batch shape is one compilation (25-60 s on a 2-core CPU), so the buckets are
-# few and fitted to the training lengths: 6 pad Multi30k to 89% real tokens (1-token buckets:
-# 94%, ~35 shapes).
+# Under XLA every batch shape is one compilation, so the buckets are few and fitted to the
+# training lengths, which keeps the padding small (docs/RESULTS.md).
 XLA_BUCKETS = 6
 
 
@@ -106,11 +105,16 @@ def compile_model(
     config: TransformerConfig, jit_compile: bool = False, accumulate: int = 1
 ) -> Transformer:
     """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
-    strategy's scope; each update accumulates `accumulate` micro-batches."""
+    strategy's scope; each update accumulates `accumulate` micro-batches, weighted by their
+    non-padding target tokens (the loss tells the optimizer each one's count)."""
     model = Transformer(config)
+    optimizer = create_optimizer(config, accumulate)
     model.compile(
-        optimizer=create_optimizer(config, accumulate),
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        optimizer=optimizer,
+        loss=LabelSmoothedCrossEntropy(
+            config.label_smoothing,
+            record_tokens=optimizer.record_tokens if accumulate > 1 else None,
+        ),
         metrics=[MaskedAccuracy(), Perplexity(), TargetTokens()],
         jit_compile=jit_compile,
     )
@@ -293,9 +297,9 @@ def cpu_has_bfloat16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -> str | None:
     """Why `--precision mixed_bfloat16` would train slower than float32 here, if it would.
 
-    Measured with `benchmarks/throughput.py --precision mixed_bfloat16` (benchmarks/RESULTS.md,
-    2026-11-25): without bfloat16 units TensorFlow emulates it, 6-10x slower than float32; with
-    them, oneDNN uses them (1.86x float32 on `base`) but XLA's CPU backend does not.
+    Without bfloat16 units TensorFlow emulates it, several times slower than float32; with them,
+    oneDNN uses them but XLA's CPU backend does not (`benchmarks/throughput.py --precision
+    mixed_bfloat16`; docs/RESULTS.md).
     """
     if run.precision != "mixed_bfloat16" or on_gpu:
         return None
