@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
@@ -38,6 +39,7 @@ def train_one_step(strategy, dataset):
     return loss, initial, model.get_weights()
 
 
+@pytest.mark.slow  # eight replicas
 def test_eight_replicas_give_the_one_device_loss_and_update():
     (source, target_in), target_out = global_batch()
     single = tf.data.Dataset.from_tensors(((source, target_in), target_out))

@@ -62,7 +62,7 @@ def train(batches, accumulate, jit_compile, token_weighted=True):
     return model
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_two_half_batches_accumulated_make_the_whole_batch_update(jit_compile):
     (source, target_in), target_out = batch_of_four()
     whole = train(tuple(a[None] for a in (source, target_in, target_out)), 1, jit_compile)
@@ -74,7 +74,7 @@ def test_two_half_batches_accumulated_make_the_whole_batch_update(jit_compile):
         np.testing.assert_allclose(w2, w1, atol=1e-5)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_micro_batches_of_unequal_token_counts_make_the_whole_batch_update(jit_compile):
     # 3 real target tokens in the first micro-batch, 11 in the second.
     (source, target_in), target_out = batch_of_four(lengths=(1, 2, 6, 5))
