@@ -93,6 +93,33 @@ def _train(args):
     print(f"final weights: {train(config, run)}")
 
 
+def _prepare(args):
+    from pipelines.prepare import corpus_description, prepare
+    from pipelines.prepared import summary
+
+    corpus = corpus_description(
+        train=args.train,
+        tsv=args.tsv,
+        tfds_name=args.tfds,
+        validation=args.validation,
+        test=args.test,
+        languages=(args.src_lang, args.tgt_lang),
+        tfds_data_dir=args.tfds_data_dir,
+        splits=args.splits,
+    )
+    manifest = prepare(
+        args.output,
+        corpus,
+        vocabulary=args.vocabulary,
+        vocab_size=args.vocab_size,
+        max_length=args.max_length,
+        shard_pairs=args.shard_pairs,
+        sample_sentences=args.sample_sentences,
+        lowercase=args.lowercase,
+    )
+    print("\n".join(summary(manifest, args.output)))
+
+
 def _average(args):
     from keras_transformer.training.checkpoint_averaging import average_run
 
@@ -535,6 +562,73 @@ def _add_average(commands):
     average.set_defaults(handler=_average)
 
 
+def split_names(text: str) -> dict[str, str]:
+    """An argparse `type`: "train=train,validation=newstest2013" → {"train": "train", ...}."""
+    names = dict(item.partition("=")[::2] for item in text.split(","))
+    if not all(names) or not all(names.values()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not SPLIT=TFDS_SPLIT[,...]")
+    return names
+
+
+def _add_prepare(commands):
+    prepare = commands.add_parser(
+        "prepare",
+        help="tokenize a parallel corpus once into sharded TFRecord files that training streams",
+    )
+    source = prepare.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--train",
+        nargs=2,
+        type=Path,
+        metavar=("SRC", "TGT"),
+        help="aligned training files, one sentence a line, plain or .gz; any language pair",
+    )
+    source.add_argument("--tsv", type=Path, metavar="FILE", help="training pairs: SRC<TAB>TGT")
+    source.add_argument(
+        "--tfds", metavar="NAME[/CONFIG]", help="a TensorFlow Datasets translation dataset"
+    )
+    for split in ("validation", "test"):
+        prepare.add_argument(
+            f"--{split}",
+            nargs="+",
+            type=Path,
+            metavar="FILE",
+            help=f"{split} files: SRC TGT with --train, one TSV file with --tsv",
+        )
+    prepare.add_argument("--tfds-data-dir", type=Path, help="where TFDS keeps its datasets")
+    prepare.add_argument(
+        "--splits",
+        type=split_names,
+        metavar="SPLIT=TFDS_SPLIT,...",
+        help="--tfds: the splits to prepare, by TFDS name (default train, and validation and "
+        "test where it has them)",
+    )
+    prepare.add_argument("--src-lang", help="source language: a label; for --tfds, its feature")
+    prepare.add_argument("--tgt-lang", help="target language: a label; for --tfds, its feature")
+    prepare.add_argument("--output", type=Path, required=True, help="the prepared directory")
+    prepare.add_argument("--vocabulary", default="bpe", choices=["bpe", "unigram", "wordpiece"])
+    prepare.add_argument("--vocab-size", type=at_least(8), default=8000)
+    prepare.add_argument(
+        "--max-length",
+        type=at_least(2),
+        default=256,
+        help="drop (and count) pairs with a longer side, EOS included",
+    )
+    prepare.add_argument(
+        "--shard-pairs", type=at_least(1), default=100_000, help="pairs read into one shard"
+    )
+    prepare.add_argument(
+        "--sample-sentences",
+        type=at_least(2),
+        default=1_000_000,
+        help="the vocabulary learns from a random sample of this many training sentences",
+    )
+    prepare.add_argument(
+        "--lowercase", action="store_true", help="a case-folding vocabulary (bpe or unigram)"
+    )
+    prepare.set_defaults(handler=_prepare)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
@@ -560,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", type=Path, help="also draw the differences and validation curves into this PNG"
     )
     variations.set_defaults(handler=_variations)
+    _add_prepare(commands)
     _add_train(commands)
     _add_average(commands)
     _add_decoding(commands)

@@ -1,0 +1,297 @@
+"""A prepared corpus (`keras-transformer prepare`, `pipelines.prepare`), read back as batches.
+
+A prepared directory holds:
+
+    manifest.json                         written last: what is there, and from what
+    subwords.model | subwords.vocab.txt   the shared subword vocabulary (`SubwordTokenizer`)
+    {split}-{i:05d}-of-{n:05d}.tfrecord   the pairs of a split, as token ids
+    {split}.source.txt, {split}.target.txt  the text of each split but train (for BLEU)
+
+Each TFRecord record is a `tf.train.Example` with two int64 lists:
+
+    source   the source sentence's subword ids, then EOS (2)
+    target   the target sentence's subword ids, then EOS (2)
+
+so that `add_boundary_tokens(source[:-1], target[:-1])` gives the model's element
+`((source, [BOS] + target[:-1]), target)`, as `make_translation_dataset` does from text. A pair's
+bucketing length (`pipelines.batching.pair_length`) is `max(len(source), len(target))`.
+Pair i of a split (in input order, dropped pairs counted) is in shard `i mod n`, so every shard
+samples the whole corpus.
+
+`manifest.json` (format version 1):
+
+    format, format_version        "keras-transformer-prepared", 1
+    corpus                        kind ("text", "tsv", "tfds"), its inputs (path, bytes,
+                                  sha256 of each file) and, for tfds, name, config, version
+    languages                     {"source": label, "target": label}
+    options                       vocabulary, vocab_size, max_length, shard_pairs,
+                                  sample_sentences, lowercase
+    record                        the feature names and reserved ids above
+    vocabulary                    kind, file, bytes, sha256, entries, lowercase, sentences
+                                  (learned from), sampled (from a sample of the train split)
+    splits.{split}                pairs_read, pairs_kept, dropped {"empty", "too_long"},
+                                  shortest and longest (of non-empty pairs), lengths (the
+                                  kept pairs' histogram: {"length": count}), shards
+                                  [{"file", "pairs", "bytes", "sha256"}], and but for train
+                                  text {"source": {"file", "bytes", "sha256"}, "target": ...}
+
+A pair is "empty" when a side has no subword (an empty line, or one of characters the
+vocabulary's normalizer removes), "too_long" when its length exceeds `options.max_length`. So
+the shards hold exactly the pairs `make_translation_dataset` keeps from the same text, except
+for a side that holds characters but no subword, which that keeps as EOS alone.
+
+`read_manifest` checks that every file it names is there with its recorded size;
+`prepared_dataset` streams a split's shards into the trainer's batches; `prepared_pair_lengths`
+gives the lengths that bucket boundaries and epoch sizes are computed from, without reading the
+data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
+vocabulary and evaluation text, and refuse a run whose vocabulary is not the prepared one.
+"""
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from pipelines.batching import bucket_by_token_budget, filter_max_length
+from pipelines.corpus import CorpusError
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from pipelines.translation_dataset import add_boundary_tokens
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "keras-transformer-prepared"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+RECORD = {
+    "features": {"source": "int64 list: ids + EOS", "target": "int64 list: ids + EOS"},
+    "pad_id": PAD_ID,
+    "bos_id": BOS_ID,
+    "eos_id": EOS_ID,
+    "unk_id": UNK_ID,
+}
+FEATURES = {"source": tf.io.RaggedFeature(tf.int64), "target": tf.io.RaggedFeature(tf.int64)}
+SHUFFLE_BUFFER = 65_536  # pairs; shards are samples of the whole corpus, so this mixes enough
+INTERLEAVED_FILES = 4  # shards read at once by one input pipeline
+
+
+def shard_name(split, index, count) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def file_sha256(path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def read_manifest(directory, verify_checksums=False) -> dict:
+    """The manifest of a prepared directory, once its vocabulary and every shard are there with
+    their recorded sizes (and, with `verify_checksums`, their sha256); errors name the file."""
+    directory = Path(directory)
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        raise CorpusError(
+            f"{directory} holds no {MANIFEST_FILE}: it is not a prepared directory, or its "
+            "`keras-transformer prepare` did not finish"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorpusError(f"{path} is not a readable manifest: {error}") from error
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise CorpusError(
+            f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION}: delete "
+            f"{directory} and prepare it again"
+        )
+    try:
+        files = [manifest["vocabulary"]]
+        for split in manifest["splits"].values():
+            files += [*split["shards"], *split.get("text", {}).values()]
+        for entry in files:
+            _check_file(
+                directory / entry["file"], entry["bytes"], entry["sha256"], verify_checksums
+            )
+    except (KeyError, TypeError) as error:
+        raise CorpusError(
+            f"{path} is incomplete ({error!r}): delete {directory} and prepare it again"
+        ) from error
+    return manifest
+
+
+def _check_file(path, size, sha256, verify_checksums):
+    again = f"delete {path.parent} and prepare it again"
+    if not path.is_file():
+        raise CorpusError(f"{path} is missing from the prepared directory: {again}")
+    actual = path.stat().st_size
+    if actual != size:
+        raise CorpusError(
+            f"{path} holds {actual} bytes where the manifest records {size}: it was truncated "
+            f"or changed; {again}"
+        )
+    if verify_checksums and file_sha256(path) != sha256:
+        raise CorpusError(f"{path} differs from the manifest's sha256: {again}")
+
+
+def prepared_vocabulary(directory) -> Path:
+    """The subword vocabulary file that the shards' ids index."""
+    return Path(directory) / read_manifest(directory)["vocabulary"]["file"]
+
+
+def prepared_text_files(directory) -> dict[str, tuple[Path, Path]]:
+    """`{split: (source_path, target_path)}` of the splits whose text prepare kept (all but
+    train), as `pipelines.datasets.corpus_files` gives them: for BLEU and `evaluate`."""
+    directory = Path(directory)
+    return {
+        name: (
+            directory / split["text"]["source"]["file"],
+            directory / split["text"]["target"]["file"],
+        )
+        for name, split in read_manifest(directory)["splits"].items()
+        if "text" in split
+    }
+
+
+def check_vocabulary(directory, subwords_path) -> None:
+    """Raises CorpusError unless `subwords_path` is, byte for byte, the prepared vocabulary: the
+    shards' ids would otherwise stand for other pieces."""
+    prepared = prepared_vocabulary(directory)
+    subwords_path = Path(subwords_path)
+    if not subwords_path.is_file():
+        raise CorpusError(f"subword vocabulary not found: {subwords_path}")
+    if file_sha256(subwords_path) != file_sha256(prepared):
+        raise CorpusError(
+            f"{subwords_path} is not the vocabulary {directory} was prepared with ({prepared}): "
+            "its ids would stand for other pieces. Train with the prepared vocabulary, or "
+            "prepare the corpus again"
+        )
+
+
+def _split(manifest, directory, split) -> dict:
+    if split not in manifest["splits"]:
+        raise CorpusError(
+            f"{directory} has no split {split!r}; its splits: {sorted(manifest['splits'])}"
+        )
+    return manifest["splits"][split]
+
+
+def prepared_pair_lengths(directory, split="train", max_length=None) -> np.ndarray:
+    """The bucketing length of every kept pair of a split (in no particular order), from the
+    manifest's histogram: for `fitted_bucket_boundaries` and `full_batches_per_pass`. With
+    `max_length`, only the pairs `prepared_dataset(max_length=...)` keeps."""
+    histogram = _split(read_manifest(directory), directory, split)["lengths"]
+    lengths = np.array([int(length) for length in histogram], dtype=np.int64)
+    counts = np.array(list(histogram.values()), dtype=np.int64)
+    lengths = np.repeat(lengths, counts)
+    return lengths if max_length is None else lengths[lengths <= max_length]
+
+
+def _parse_pair(record):
+    """A serialized Example → the model's element, as `make_translation_dataset` gives it."""
+    features = tf.io.parse_single_example(record, FEATURES)
+    source = tf.cast(features["source"], tf.int32)
+    target = tf.cast(features["target"], tf.int32)
+    return add_boundary_tokens(source[:-1], target[:-1])  # both end in EOS already
+
+
+def _check_pipeline_share(directory, split, shards, num_shards, shard_index) -> int:
+    """The number of shard files this input pipeline reads; refuses a share that holds no pair,
+    which a repeated dataset would wait on for ever."""
+    if num_shards > len(shards):
+        raise CorpusError(
+            f"{directory}: split {split} has {len(shards)} shard file(s), fewer than the "
+            f"{num_shards} input pipelines that read it: prepare it with a smaller shard_pairs"
+        )
+    own = shards[shard_index::num_shards]  # as Dataset.shard deals them
+    if not sum(shard["pairs"] for shard in own):
+        raise CorpusError(
+            f"{directory}: the shards of split {split} for input pipeline {shard_index} of "
+            f"{num_shards} hold no pair"
+        )
+    return len(own)
+
+
+def prepared_dataset(
+    directory,
+    split,
+    batch_tokens,
+    max_length,
+    shuffle=False,
+    seed=None,
+    repeat=False,
+    num_shards=1,
+    shard_index=0,
+    boundaries=None,
+    pad_batches=False,
+    deterministic=None,
+    shuffle_buffer=SHUFFLE_BUFFER,
+):
+    """Bucketed, padded batches of a prepared split, with the elements, dtypes and batching of
+    `make_translation_dataset`: `((source_ids, target_in_ids), target_out_ids)`, int32, PAD 0.
+
+    Args:
+        directory, split: a prepared directory (`pipelines.prepare`) and one of its splits.
+        batch_tokens, max_length, boundaries, pad_batches: as `bucket_by_token_budget`; pairs
+            longer than `max_length` are skipped (prepare dropped those over its own).
+        shuffle, seed: shuffle the shard files and, through a buffer of `shuffle_buffer`
+            pairs, the pairs each pass (with `seed`, the same order every run).
+        repeat: repeat forever, reshuffling each pass.
+        num_shards, shard_index: this input pipeline's shard files (every num_shards-th, as
+            `tf.distribute.InputContext`'s num_input_pipelines and input_pipeline_id give);
+            there must be at least as many shard files as pipelines.
+        deterministic: keep element order under parallel reads (default: when `seed` is set).
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    entry = _split(manifest, directory, split)
+    prepared_max_length = manifest["options"]["max_length"]
+    if max_length > prepared_max_length:
+        logger.warning(
+            "%s was prepared with max_length %d: its pairs longer than that were dropped then",
+            directory,
+            prepared_max_length,
+        )
+    own_files = _check_pipeline_share(directory, split, entry["shards"], num_shards, shard_index)
+    files = [str(directory / shard["file"]) for shard in entry["shards"]]
+    dataset = tf.data.Dataset.from_tensor_slices(files).shard(num_shards, shard_index)
+    if shuffle:
+        dataset = dataset.shuffle(own_files, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(INTERLEAVED_FILES, own_files),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    ).map(_parse_pair, num_parallel_calls=tf.data.AUTOTUNE)
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if max_length < prepared_max_length:  # a per-pair filter costs throughput: only if needed
+        dataset = dataset.apply(filter_max_length(max_length))
+    dataset = dataset.apply(
+        bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
+    )
+    options = tf.data.Options()
+    options.deterministic = seed is not None if deterministic is None else deterministic
+    # Each input pipeline reads its own files, chosen above; tf.distribute must not shard again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def summary(manifest, directory) -> list[str]:
+    """One line per split (pairs kept and dropped, shards), then the vocabulary's."""
+    lines = []
+    for name, split in manifest["splits"].items():
+        dropped = split["dropped"]
+        lines.append(
+            f"{name}: {split['pairs_kept']} of {split['pairs_read']} pairs kept "
+            f"({dropped['empty']} empty, {dropped['too_long']} longer than "
+            f"{manifest['options']['max_length']} dropped), {len(split['shards'])} shard(s)"
+        )
+    vocabulary = manifest["vocabulary"]
+    sample = f" learned from a sample of {vocabulary['sentences']} sentences,"
+    lines.append(
+        f"vocabulary: {vocabulary['kind']}, {vocabulary['entries']} entries,"
+        f"{sample if vocabulary['sampled'] else ''} {Path(directory) / vocabulary['file']}"
+    )
+    return lines
