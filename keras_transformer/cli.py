@@ -63,11 +63,12 @@ def _train(args):
     from pipelines.datasets import default_data_dir, default_languages
 
     config = train_config(args)
-    source, target = default_languages(args.dataset)
+    dataset, data_dir = _training_corpus(args)
+    source, target = default_languages(dataset, data_dir)
     run = TrainingRun(
         output=args.output,
-        data_dir=args.data_dir or default_data_dir(args.dataset),
-        dataset=args.dataset,
+        data_dir=data_dir or default_data_dir(dataset),
+        dataset=dataset,
         source_language=args.src or source,
         target_language=args.tgt or target,
         lowercase=args.lowercase,
@@ -473,6 +474,15 @@ def _add_decoding(commands):
     curve.set_defaults(handler=_curve)
 
 
+def _training_corpus(args):
+    """(dataset, data directory or None) of `train`: `--data DIR` is a prepared corpus."""
+    if args.data and (args.data_dir or args.dataset):
+        raise SystemExit("train --data DIR (a prepared corpus) takes no --data-dir or --dataset")
+    if args.data:
+        return "prepared", args.data
+    return args.dataset or "multi30k", args.data_dir
+
+
 def _add_train(commands):
     train = commands.add_parser("train", help="train or resume a run with model.fit")
     train.add_argument("--preset", default="small", choices=sorted(PRESETS))
@@ -488,11 +498,17 @@ def _add_train(commands):
     )
     train.add_argument(
         "--dataset",
-        default="multi30k",
-        help="multi30k, wmt14 (through TFDS into --data-dir), or ptb for parsing (§6.3)",
+        help="multi30k (default), wmt14 (through TFDS into --data-dir), or ptb for parsing (§6.3)",
     )
-    train.add_argument("--src", help="source language (default: en; words for ptb)")
-    train.add_argument("--tgt", help="target language (default: de; tree for ptb)")
+    train.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="a corpus of any language pair that `keras-transformer prepare` wrote: its shards "
+        "are streamed, its languages and vocabulary used",
+    )
+    train.add_argument("--src", help="source language (default: en; words for ptb; --data's)")
+    train.add_argument("--tgt", help="target language (default: de; tree for ptb; --data's)")
     train.add_argument("--output", type=Path, required=True, help="run directory")
     train.add_argument(
         "--lowercase",

@@ -6,27 +6,33 @@
   "fr" (and back); splits train / validation (newstest2013) / test (newstest2014).
 - "ptb": English constituency parsing on NLTK's Penn Treebank sample (`pipelines.ptb`, §6.3),
   "words" to "tree"; splits train / validation / test.
+- "prepared": a corpus of any language pair that `keras-transformer prepare` tokenized into
+  shards (`pipelines.prepare`); its languages are the manifest's, and its files here are the
+  text of the splits it kept as text (validation, test), for BLEU.
 """
 
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from pipelines import multi30k, ptb, wmt14
+from pipelines import multi30k, prepared, ptb, wmt14
 from pipelines.corpus import CorpusError
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
-    languages: the default pair; test_split: the split results are reported on;
-    vocabulary: the kind of its shared vocabulary, "bpe" or "word"
-    (`pipelines.tokenizer.load_or_train_tokenizer`); data_dir: where it is read from unless
-    `--data-dir` says (beside the checkout; none for a corpus that is downloaded); download:
-    `() -> Path`, the directory the corpus is downloaded into where `data_dir` is missing."""
+    """How the trainer reads one corpus.
+
+    corpus_files: `(data_dir, source_language, target_language) -> {split: (source, target)}`;
+    languages: the default pair, or `data_dir -> pair` where the data says; test_split: the
+    split results are reported on; vocabulary: the kind of its shared vocabulary, "bpe" or
+    "word" (`pipelines.tokenizer.load_or_train_tokenizer`); data_dir: where it is read from
+    unless `--data-dir` says (beside the checkout; none for a corpus that is downloaded);
+    download: `() -> Path`, the directory the corpus is downloaded into where `data_dir` is
+    missing."""
 
     corpus_files: Callable
-    languages: tuple[str, str]
+    languages: tuple[str, str] | Callable[[Path], tuple[str, str]]
     test_split: str
     vocabulary: str = "bpe"
     data_dir: str | None = None
@@ -51,6 +57,7 @@ DATASETS = {
         "word",
         data_dir="../shared/data/ptb_sample",
     ),
+    "prepared": Dataset(prepared.text_files_of_pair, prepared.languages, "test"),
 }
 
 
@@ -65,8 +72,9 @@ def corpus_files(dataset, data_dir, source_language, target_language):
     return _dataset(dataset).corpus_files(data_dir, source_language, target_language)
 
 
-def default_languages(dataset) -> tuple[str, str]:
-    return _dataset(dataset).languages
+def default_languages(dataset, data_dir=None) -> tuple[str, str]:
+    languages = _dataset(dataset).languages
+    return languages(data_dir) if callable(languages) else languages
 
 
 def vocabulary_kind(dataset) -> str:

@@ -153,6 +153,22 @@ def prepared_text_files(directory) -> dict[str, tuple[Path, Path]]:
     }
 
 
+def languages(directory) -> tuple[str, str]:
+    """The (source, target) language labels the corpus was prepared with."""
+    labels = read_manifest(directory)["languages"]
+    return labels["source"], labels["target"]
+
+
+def text_files_of_pair(directory, source_language, target_language):
+    """`prepared_text_files`, for a run of this language pair (`pipelines.datasets`' form)."""
+    if (source_language, target_language) != languages(directory):
+        raise CorpusError(
+            f"{directory} was prepared for {'->'.join(languages(directory))}, not "
+            f"{source_language}->{target_language}"
+        )
+    return prepared_text_files(directory)
+
+
 def check_vocabulary(directory, subwords_path) -> None:
     """Raises CorpusError unless `subwords_path` is, byte for byte, the prepared vocabulary: the
     shards' ids would otherwise stand for other pieces."""

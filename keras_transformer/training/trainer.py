@@ -13,13 +13,13 @@ import math
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model import Transformer
 from keras_transformer.training import callbacks as run_callbacks
+from keras_transformer.training.data import training_data
 from keras_transformer.training.distribution import create_strategy, is_multi_worker, worker_name
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy, Perplexity, TargetTokens
@@ -337,13 +337,6 @@ def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
 
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
     """Trains (or resumes) a run; returns the path of the final weights."""
-    from pipelines import (
-        SubwordTokenizer,
-        corpus_files,
-        load_or_train_tokenizer,
-        make_translation_dataset,
-        vocabulary_kind,
-    )
     from pipelines.batching import full_batches_per_pass
 
     if run.max_minutes and is_multi_worker():
@@ -376,21 +369,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             f"max_length {config.max_length}: raise --batch-tokens, or use fewer --accumulate "
             "micro-batches or --devices"
         )
-    files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
-    if run.subwords:
-        run_directory.adopt_subwords(run)
-    tokenizer = load_or_train_tokenizer(
-        run.output / run_directory.SUBWORDS_FILE,
-        [*files["train"]],
-        config.vocab_size,
-        kind=vocabulary_kind(run.dataset),
-        lowercase=run.lowercase,
-    )
-    if tokenizer.vocab_size > config.vocab_size:  # its ids past the embedding would be silent
-        raise ConfigError(
-            f"{tokenizer.path} holds {tokenizer.vocab_size} entries, more than the model's "
-            f"vocab_size {config.vocab_size}"
-        )
+    data = training_data(run, config, config.batch_tokens // micro_batches)
+    tokenizer = data.tokenizer
     check_workers_agree(
         strategy,
         tokenizer.fingerprint(),
@@ -399,32 +379,11 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         "same files and flags, then delete the differing subwords model(s) to learn them again",
         ConfigError,
     )
-
-    kept_lengths = kept_pair_lengths(config, files, tokenizer)
+    kept_lengths = data.kept_lengths
     boundaries = length_buckets(config, run, kept_lengths)
-    # Only the training pairs are segmented at random; validation scores the segmentation that
-    # decoding and export use.
-    train_tokenizer = (
-        SubwordTokenizer(tokenizer.path, config.subword_dropout)
-        if config.subword_dropout
-        else tokenizer
-    )
 
     def dataset(split, context=None, repeat=False):
-        shards = (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
-        return make_translation_dataset(
-            *files[split],
-            train_tokenizer if split == "train" else tokenizer,
-            batch_tokens=config.batch_tokens // micro_batches,
-            max_length=config.max_length,
-            shuffle=split == "train",
-            seed=run.seed,
-            num_shards=shards[0],
-            shard_index=shards[1],
-            repeat=repeat,
-            boundaries=boundaries,
-            pad_batches=run.jit_compile,
-        )
+        return data.batches(split, context, repeat, boundaries, pad_batches=run.jit_compile)
 
     # An epoch of the full batches that carry one pass, counted up front from the pairs'
     # lengths: with per-replica datasets Keras must not probe for the end of the data (see
@@ -490,28 +449,11 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         # The pipeline shuffles the pairs before bucketing; Keras cannot shuffle a dataset, and
         # with its default shuffle=True it warns in every run that it ignores it.
         shuffle=False,
-        callbacks=build_callbacks(run, tokenizer, files, plateau),
+        callbacks=build_callbacks(run, tokenizer, data.text_files, plateau),
         verbose=run.verbose,
     )
     run_directory.save_weights_atomically(model, final)
     return final
-
-
-def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
-    """The bucketing lengths of the training pairs that batches keep; logs the over-long pairs
-    that the training and validation batches leave out."""
-    from pipelines.translation_dataset import pair_lengths
-
-    lengths = pair_lengths(*files["train"], tokenizer)
-    over = lengths > config.max_length
-    warn_over_length("training", over, config.max_length, "they are skipped")
-    warn_over_length(
-        "validation",
-        pair_lengths(*files["validation"], tokenizer) > config.max_length,
-        config.max_length,
-        "the validation loss skips them (BLEU translates them, truncated)",
-    )
-    return lengths[~over]
 
 
 def length_buckets(config, run, kept_lengths) -> list[int] | None:
@@ -523,19 +465,6 @@ def length_buckets(config, run, kept_lengths) -> list[int] | None:
     boundaries = fitted_bucket_boundaries(kept_lengths, XLA_BUCKETS, config.max_length)
     logger.info("XLA: %d length buckets %s, one compiled shape each", len(boundaries), boundaries)
     return boundaries
-
-
-def warn_over_length(split, over, max_length, consequence):
-    """Logs how many pairs of a split are longer than `max_length` (`over`: one bool a pair)."""
-    if over.any():
-        logger.warning(
-            "%d of %d %s pairs are longer than max_length=%d subwords: %s",
-            int(over.sum()),
-            len(over),
-            split,
-            max_length,
-            consequence,
-        )
 
 
 def count_batches(dataset: tf.data.Dataset) -> int:

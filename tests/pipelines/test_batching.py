@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.training.trainer import count_batches, kept_pair_lengths
+from keras_transformer.training.data import kept_pair_lengths
+from keras_transformer.training.trainer import count_batches
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import (
     bucket_boundaries,

@@ -1,0 +1,225 @@
+"""What a run trains on (§5.1): text files tokenized as they are read, or a corpus that
+`keras-transformer prepare` tokenized once into shards (`train --data DIR`).
+
+`training_data(run, config, micro_batch_tokens)` gives a `TrainingData`:
+
+- `tokenizer`: the run's shared vocabulary, held in the run directory (learned from the training
+  split, adopted from `--subwords`, or, for prepared data, the prepared one);
+- `kept_lengths`: the bucketing lengths of the training pairs that batches keep, for the size of
+  an epoch and XLA's buckets; prepared data gives them from its manifest, without reading a
+  shard;
+- `text_files`: `{split: (source, target)}` of the splits whose text validation BLEU reads;
+- `batches(split, context, repeat, boundaries, pad_batches)`: the split's batches for one input
+  pipeline of a `tf.distribute.InputContext` (each worker or pipeline its own share).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from collections.abc import Callable
+
+import numpy as np
+
+from keras_transformer import run_directory
+from keras_transformer.config import ConfigError, TransformerConfig
+from pipelines.corpus import write_atomically
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class TrainingData:
+    tokenizer: object
+    kept_lengths: np.ndarray
+    text_files: dict
+    batches: Callable
+
+
+def training_data(run, config: TransformerConfig, micro_batch_tokens: int) -> TrainingData:
+    """The data of `run` (a `trainer.TrainingRun`): prepared shards for `dataset="prepared"`,
+    else the text files of its dataset."""
+    if run.dataset == "prepared":
+        return prepared_shards(run, config, micro_batch_tokens)
+    return text_files(run, config, micro_batch_tokens)
+
+
+def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> TrainingData:
+    """Text files tokenized in the input pipeline, the vocabulary learned from the training
+    split (or adopted from `--subwords`) on the first run."""
+    from pipelines import (
+        SubwordTokenizer,
+        corpus_files,
+        load_or_train_tokenizer,
+        make_translation_dataset,
+        vocabulary_kind,
+    )
+
+    files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
+    if run.subwords:
+        run_directory.adopt_subwords(run)
+    tokenizer = load_or_train_tokenizer(
+        run.output / run_directory.SUBWORDS_FILE,
+        [*files["train"]],
+        config.vocab_size,
+        kind=vocabulary_kind(run.dataset),
+        lowercase=run.lowercase,
+    )
+    check_vocabulary_size(tokenizer, config)
+    # Only the training pairs are segmented at random; validation scores the segmentation that
+    # decoding and export use.
+    train_tokenizer = (
+        SubwordTokenizer(tokenizer.path, config.subword_dropout)
+        if config.subword_dropout
+        else tokenizer
+    )
+
+    def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
+        shards = _pipeline_share(context)
+        return make_translation_dataset(
+            *files[split],
+            train_tokenizer if split == "train" else tokenizer,
+            batch_tokens=micro_batch_tokens,
+            max_length=config.max_length,
+            shuffle=split == "train",
+            seed=run.seed,
+            num_shards=shards[0],
+            shard_index=shards[1],
+            repeat=repeat,
+            boundaries=boundaries,
+            pad_batches=pad_batches,
+        )
+
+    kept = kept_pair_lengths(config, files, tokenizer)
+    return TrainingData(tokenizer, kept, files, batches)
+
+
+def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> TrainingData:
+    """The shards of `keras-transformer prepare` in `run.data_dir`, streamed: no tokenization at
+    start, resume or read. The run holds a copy of the prepared vocabulary, checked to be it on
+    every resume."""
+    from pipelines import SubwordTokenizer
+    from pipelines.prepared import (
+        check_vocabulary,
+        prepared_dataset,
+        prepared_pair_lengths,
+        prepared_text_files,
+        prepared_vocabulary,
+        read_manifest,
+    )
+
+    manifest = read_manifest(run.data_dir)
+    check_prepared_settings(run, config, manifest)
+    held = run.output / run_directory.SUBWORDS_FILE
+    if held.exists():
+        check_vocabulary(run.data_dir, held)
+    else:
+        source = prepared_vocabulary(run.data_dir)
+        write_atomically(held, lambda partial: shutil.copyfile(source, partial))
+    tokenizer = SubwordTokenizer(held)
+    check_vocabulary_size(tokenizer, config)
+    for split, counts in manifest["splits"].items():
+        dropped = sum(counts["dropped"].values())
+        if dropped:
+            logger.info(
+                "%s: %d of %d %s pairs dropped by prepare (%s)",
+                run.data_dir,
+                dropped,
+                counts["pairs_read"],
+                split,
+                counts["dropped"],
+            )
+
+    def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
+        shards = _pipeline_share(context)
+        return prepared_dataset(
+            run.data_dir,
+            split,
+            micro_batch_tokens,
+            config.max_length,
+            shuffle=split == "train",
+            seed=run.seed,
+            repeat=repeat,
+            num_shards=shards[0],
+            shard_index=shards[1],
+            boundaries=boundaries,
+            pad_batches=pad_batches,
+        )
+
+    kept = prepared_pair_lengths(run.data_dir, "train", config.max_length)
+    return TrainingData(tokenizer, kept, prepared_text_files(run.data_dir), batches)
+
+
+def check_prepared_settings(run, config: TransformerConfig, manifest: dict):
+    """Raises unless the run can train on the prepared corpus as prepared: its languages, case
+    folding and SentencePiece vocabulary, without BPE-dropout (its ids are fixed) or
+    `--subwords` (the vocabulary is the prepared one)."""
+    vocabulary, languages = manifest["vocabulary"], manifest["languages"]
+    asked = (run.source_language, run.target_language)
+    if asked != (languages["source"], languages["target"]):
+        raise ConfigError(
+            f"{run.data_dir} was prepared for {languages['source']}->{languages['target']}, "
+            f"not {asked[0]}->{asked[1]}: drop --src/--tgt"
+        )
+    if vocabulary["kind"] == "wordpiece":
+        raise ConfigError(
+            f"{run.data_dir} holds a WordPiece vocabulary; train --data takes SentencePiece "
+            "ones (prepare --vocabulary bpe or unigram)"
+        )
+    if bool(vocabulary["lowercase"]) != run.lowercase:
+        flag = "add" if vocabulary["lowercase"] else "drop"
+        raise ConfigError(
+            f"{run.data_dir} was prepared {'with' if vocabulary['lowercase'] else 'without'} "
+            f"--lowercase: {flag} --lowercase"
+        )
+    if config.subword_dropout:
+        raise ConfigError(
+            "subword_dropout segments each pair anew as it is read; prepared data is tokenized "
+            "once: train on the text files (--data-dir) for BPE-dropout"
+        )
+    if run.subwords:
+        raise ConfigError("--subwords with --data: the run uses the prepared vocabulary")
+
+
+def check_vocabulary_size(tokenizer, config: TransformerConfig):
+    if tokenizer.vocab_size > config.vocab_size:  # its ids past the embedding would be silent
+        raise ConfigError(
+            f"{tokenizer.path} holds {tokenizer.vocab_size} entries, more than the model's "
+            f"vocab_size {config.vocab_size}"
+        )
+
+
+def _pipeline_share(context) -> tuple[int, int]:
+    """(input pipelines, this one's index) of a `tf.distribute.InputContext`, or one pipeline."""
+    return (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
+
+
+def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
+    """The bucketing lengths of the training pairs that batches keep; logs the over-long pairs
+    that the training and validation batches leave out."""
+    from pipelines.translation_dataset import pair_lengths
+
+    lengths = pair_lengths(*files["train"], tokenizer)
+    over = lengths > config.max_length
+    warn_over_length("training", over, config.max_length, "they are skipped")
+    warn_over_length(
+        "validation",
+        pair_lengths(*files["validation"], tokenizer) > config.max_length,
+        config.max_length,
+        "the validation loss skips them (BLEU translates them, truncated)",
+    )
+    return lengths[~over]
+
+
+def warn_over_length(split, over, max_length, consequence):
+    """Logs how many pairs of a split are longer than `max_length` (`over`: one bool a pair)."""
+    if over.any():
+        logger.warning(
+            "%d of %d %s pairs are longer than max_length=%d subwords: %s",
+            int(over.sum()),
+            len(over),
+            split,
+            max_length,
+            consequence,
+        )

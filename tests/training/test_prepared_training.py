@@ -1,0 +1,71 @@
+"""`train --data DIR` on a corpus that `prepare` tokenized: a language pair the code has never
+heard of, streamed from its shards, then translated and evaluated from the run directory as any
+other run."""
+
+import json
+
+import pytest
+
+from invented_language import invented_pairs, write_pairs
+from keras_transformer import cli
+from keras_transformer.run_directory import read_settings
+from pipelines.prepared import prepared_vocabulary
+
+pytestmark = pytest.mark.slow  # trains through the CLI
+
+TRAIN = ["train", "--preset", "tiny", "--set", "vocab_size=200", "--batch-tokens", "1024"]
+RUN_FLAGS = ["--max-steps", "6", "--checkpoint-every", "3", "--bleu-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("invented")
+    files = {
+        split: write_pairs(directory, split, invented_pairs(count, seed), (".gz", ".gz"))
+        for split, count, seed in (("train", 400, 1), ("validation", 30, 2), ("test", 30, 3))
+    }
+    output = directory / "prepared"
+    arguments = ["prepare", "--src-lang", "xx", "--tgt-lang", "yy", "--output", str(output)]
+    for split, (source, target) in files.items():
+        arguments += [f"--{split}", str(source), str(target)]
+    assert cli.main([*arguments, "--vocab-size", "200", "--max-length", "64"]) == 0
+    return output
+
+
+def test_a_run_trains_on_the_shards_and_translates_evaluates_and_resumes(tmp_path, prepared):
+    run = tmp_path / "run"
+    assert cli.main([*TRAIN, "--data", str(prepared), "--output", str(run), *RUN_FLAGS]) == 0
+    settings = read_settings(run)
+    assert (settings["dataset"], settings["source_language"], settings["target_language"]) == (
+        "prepared",
+        "xx",
+        "yy",
+    )
+    assert (run / "subwords.model").read_bytes() == prepared_vocabulary(prepared).read_bytes()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "bleu" for r in records)  # validation BLEU on the prepared text
+    assert max(r["step"] for r in records) == 6
+
+    assert cli.main(["evaluate", "--model", str(run), "--beam", "1"]) == 0
+    scores = json.loads((run / "eval" / "model" / "test.beam1.scores.json").read_text())
+    assert scores["sentences"] == 30
+
+    longer = ["--max-steps", "9", "--checkpoint-every", "3", "--bleu-every", "0"]
+    assert cli.main([*TRAIN, "--data", str(prepared), "--output", str(run), *longer]) == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    starts = [r["step"] for r in map(json.loads, lines) if r["kind"] == "start"]
+    assert starts == [0, 6]  # the rerun resumed where the first process stopped
+
+
+@pytest.mark.parametrize(
+    "extra, error",
+    [
+        (["--src", "en"], r"prepared for xx->yy, not en->yy"),
+        (["--lowercase"], r"prepared without --lowercase: drop --lowercase"),
+        (["--set", "subword_dropout=0.1"], r"subword_dropout .* prepared data is tokenized once"),
+        (["--data-dir", "somewhere"], r"takes no --data-dir or --dataset"),
+    ],
+)
+def test_what_the_prepared_corpus_fixes_is_refused_by_name(tmp_path, prepared, extra, error):
+    with pytest.raises(SystemExit, match=error):
+        cli.main([*TRAIN, "--data", str(prepared), "--output", str(tmp_path / "run"), *extra])
