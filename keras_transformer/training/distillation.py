@@ -53,6 +53,11 @@ def distill_data_dir(
             references then rises, docs/RESULTS.md).
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
+    if "train" not in files:
+        raise CorpusError(
+            f"{data_dir} keeps no training text (a corpus `prepare` tokenized): distill the "
+            "text files it was prepared from, with a run trained on them"
+        )
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
