@@ -210,7 +210,7 @@ def test_the_trainer_finds_the_dataset_by_name(ptb_dir, cached, tmp_path, monkey
         corpus_files("ptb", ptb_dir, "en", "de")
     with pytest.raises(CorpusError, match="treebank.zip"):
         corpus_files("ptb", tmp_path, "words", "tree")
-    with pytest.raises(CorpusError, match="datasets: \\['multi30k', 'ptb', 'wmt14'\\]"):
+    with pytest.raises(CorpusError, match="datasets: \\['multi30k', 'prepared', 'ptb', 'wmt14'\\]"):
         corpus_files("wsj", ptb_dir, "words", "tree")
 
 
