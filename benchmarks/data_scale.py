@@ -244,7 +244,9 @@ def child_pipeline(args):
         full_batches_per_pass,
     )
     from pipelines.prepared import (
-        _parse_pair,
+        PARSE_BATCH,
+        _as_tensors,
+        _parse_pairs,
         prepared_dataset,
         prepared_pair_lengths,
         read_manifest,
@@ -354,7 +356,16 @@ def child_pipeline(args):
     }
     record["peak_rss_mib"] = round(peak_rss_mib(), 1)  # the pipeline's, before the stages
     if args.stages:
-        library = bucket_by_token_budget, _parse_pair, prepared_dataset
+
+        def parse(records):  # prepared_dataset's parsing: batched, then one pair an element
+            batches = records.batch(PARSE_BATCH)
+            return (
+                batches.map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
+                .unbatch()
+                .map(_as_tensors)
+            )
+
+        library = bucket_by_token_budget, parse, prepared_dataset
         record["stages_pairs_per_s"] = stage_rates(tf, args, manifest, boundaries, xla, library)
         record["target_tokens_per_pair"] = round(target_real / max(pairs, 1), 2)
         record["peak_rss_with_stage_caches_mib"] = round(peak_rss_mib(), 1)
@@ -367,7 +378,7 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     batch) through `Dataset.shard`, which skips the others in C++: drawing each pair through a
     graph loop would cost more than most of the steps measured."""
     bucket, parse, prepared_dataset = library
-    from pipelines.prepared import FEATURES, INTERLEAVED_FILES, SHUFFLE_BUFFER
+    from pipelines.prepared import INTERLEAVED_FILES, SHUFFLE_BUFFER
 
     shards = manifest["splits"]["train"]["shards"]
     files = [str(Path(args.prepared) / shard["file"]) for shard in shards]
@@ -381,17 +392,13 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
             num_parallel_calls=tf.data.AUTOTUNE,
         )
     )
-    parsed = records.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    parsed = parse(records)
     cached_records = records.take(STAGE_CACHE_PAIRS).cache()
     cached_pairs = parsed.take(STAGE_CACHE_PAIRS).cache()
     for cached in (cached_records, cached_pairs):  # fill the caches before timing
         cached.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
     options = tf.data.Options()
     options.deterministic = args.seed is not None
-
-    def parse_batch(serialized):  # what-if: one parse_example op for many records
-        features = tf.io.parse_example(serialized, FEATURES)
-        return tf.cast(features["source"], tf.int32), tf.cast(features["target"], tf.int32)
 
     def full(deterministic):
         return prepared_dataset(
@@ -411,17 +418,7 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     stages = {  # name: (dataset, its elements are batches)
         "read records (4 files interleaved)": (records, False),
         "read + parse": (parsed, False),
-        "parse alone (records cached)": (
-            cached_records.repeat().map(parse, num_parallel_calls=tf.data.AUTOTUNE),
-            False,
-        ),
-        "what-if: batched parse_example (cached)": (
-            cached_records.repeat()
-            .batch(1024)
-            .map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE)
-            .unbatch(),
-            False,
-        ),
+        "parse alone (records cached)": (parse(cached_records.repeat()), False),
         "cached pairs alone": (cached_pairs.repeat(), False),
         "shuffle alone (pairs cached)": (
             cached_pairs.repeat().shuffle(SHUFFLE_BUFFER, seed=args.seed),
