@@ -207,9 +207,15 @@ def adopt_subwords(run):
     the run uses it rather than learn one from its training split: a teacher's vocabulary for a
     student on distilled data (which would otherwise count each source sentence twice), or one
     file for every worker."""
-    held = run.output / SUBWORDS_FILE
+    hold_subwords(run.output, run.subwords)
+
+
+def hold_subwords(run_dir, source) -> Path:
+    """The run's vocabulary file, a copy of `source` unless the run holds one already."""
+    held = Path(run_dir) / SUBWORDS_FILE
     if not held.exists():
-        write_atomically(held, lambda partial: shutil.copyfile(run.subwords, partial))
+        write_atomically(held, lambda partial: shutil.copyfile(source, partial))
+    return held
 
 
 # -- weights --------------------------------------------------------------------------------

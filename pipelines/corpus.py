@@ -44,28 +44,35 @@ def write_atomically(path, write) -> None:
     os.replace(partial, path)
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+def iter_lines(path):
+    """The lines of a plain or gzipped UTF-8 file, decoded one at a time (newlines kept), so a
+    file of any size streams; errors name the file, the line and the bytes at fault."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"corpus file not found: {path}")
+    number = 0
+    opened = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    with opened as file:
+        try:
+            for number, raw in enumerate(file, start=1):  # noqa: B007 (named in errors)
+                yield _decoded(raw, path, number)
+        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz
+            raise CorpusError(f"{path}, after line {number}: unreadable: {error}") from error
+
+
+def _decoded(raw: bytes, path, line) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CorpusError(
+            f"{path}, line {line}: invalid UTF-8 {raw[error.start : error.end]!r} at byte "
+            f"{error.start} ({error.reason}) in {raw[:80]!r}"
+        ) from error
 
 
 def read_lines(path) -> list[str]:
     """Lines of a plain or gzipped UTF-8 file, stripped; errors name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path}")
-    lines = []
-    with _open_text(path) as file:
-        try:
-            for raw in file:
-                lines.append(raw.decode("utf-8").strip())
-        except UnicodeDecodeError as error:
-            raise CorpusError(
-                f"{path}, line {len(lines) + 1}: invalid UTF-8 "
-                f"({error.reason} at byte {error.start})"
-            ) from error
-        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz
-            raise CorpusError(f"{path}, after line {len(lines)}: unreadable: {error}") from error
-    return lines
+    return [line.strip() for line in iter_lines(path)]
 
 
 def read_aligned_lines(source_path, target_path) -> tuple[list[str], list[str]]:

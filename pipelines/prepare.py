@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import shutil
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tqdm.auto import tqdm
 
-from pipelines.corpus import CorpusError, _open_text, write_atomically
+from pipelines.corpus import CorpusError, iter_lines, write_atomically
 from pipelines.prepared import (
     FORMAT,
     FORMAT_VERSION,
@@ -277,16 +276,6 @@ def _file_input(path) -> dict:
     return {"path": str(path.absolute()), "bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
 
-def _decoded(raw: bytes, path, line) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise CorpusError(
-            f"{path}, line {line}: invalid UTF-8 {raw[error.start : error.end]!r} at byte "
-            f"{error.start} ({error.reason}) in {raw[:80]!r}"
-        ) from error
-
-
 def _check_tsv_line(text, path, line):
     tabs = text.count("\t")
     if tabs != 1:
@@ -299,19 +288,11 @@ def _check_tsv_line(text, path, line):
 def _scan_lines(path, check_line=None) -> int:
     """The lines of a plain or gzipped UTF-8 file, once each decodes (and passes `check_line`);
     an empty file, or one of blank lines only, is an error."""
-    path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"corpus file not found: {path}")
     lines = sentences = 0
-    with _open_text(path) as file:
-        try:
-            for lines, raw in enumerate(file, start=1):  # noqa: B007 (counted after the loop)
-                text = _decoded(raw, path, lines)
-                if check_line:
-                    check_line(text, path, lines)
-                sentences += bool(text.strip())
-        except (OSError, EOFError, zlib.error) as error:  # a corrupt or truncated .gz
-            raise CorpusError(f"{path}, after line {lines}: unreadable: {error}") from error
+    for lines, text in enumerate(iter_lines(path), start=1):  # noqa: B007 (counted after)
+        if check_line:
+            check_line(text, path, lines)
+        sentences += bool(text.strip())
     if not sentences:
         raise CorpusError(f"{path} is empty: it holds no sentence")
     return lines

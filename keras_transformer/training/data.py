@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 from collections.abc import Callable
 
 import numpy as np
 
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
-from pipelines.corpus import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -111,12 +109,8 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
 
     manifest = read_manifest(run.data_dir)
     check_prepared_settings(run, config, manifest)
-    held = run.output / run_directory.SUBWORDS_FILE
-    if held.exists():
-        check_vocabulary(run.data_dir, held)
-    else:
-        source = prepared_vocabulary(run.data_dir)
-        write_atomically(held, lambda partial: shutil.copyfile(source, partial))
+    held = run_directory.hold_subwords(run.output, prepared_vocabulary(run.data_dir))
+    check_vocabulary(run.data_dir, held)  # a resume's copy may predate a new prepare
     tokenizer = SubwordTokenizer(held)
     check_vocabulary_size(tokenizer, config)
     for split, counts in manifest["splits"].items():
