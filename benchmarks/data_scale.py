@@ -32,9 +32,9 @@ For each size:
 - padding: of those batches, non-padding / all target positions (target_out), and
   `pipelines.padding_efficiency`'s formula (source + target_in).
 - stages (unless `--no-stages`): in the same subprocess, `--stage-seconds` each, in the graph:
-  reading the shard files (records/s), + parsing; then from a memory cache of parsed pairs:
-  the cache alone, + the 65,536-pair shuffle, + `bucket_by_token_budget`; and parsing alone from
-  a cache of records. They show which step bounds the rate.
+  reading the shard files (records/s), + parsing into chunks of pairs; from a memory cache of
+  records: the 65,536-record shuffle, parsing; from a memory cache of parsed chunks: the cache
+  alone, + `bucket_by_token_budget`. They show which step bounds the rate.
 
 The issue's targets (on a 2-core machine) are checked per size: start-up under 30 s at 4.5M
 pairs, peak memory within 1.5x of the 29k one, >= 500,000 non-padding target tokens/s, padding
@@ -239,13 +239,12 @@ def child_pipeline(args):
     import tensorflow as tf
 
     from pipelines.batching import (
+        CHUNK_PAIRS,
         bucket_by_token_budget,
         fitted_bucket_boundaries,
         full_batches_per_pass,
     )
     from pipelines.prepared import (
-        PARSE_BATCH,
-        _as_tensors,
         _parse_pairs,
         prepared_dataset,
         prepared_pair_lengths,
@@ -357,13 +356,9 @@ def child_pipeline(args):
     record["peak_rss_mib"] = round(peak_rss_mib(), 1)  # the pipeline's, before the stages
     if args.stages:
 
-        def parse(records):  # prepared_dataset's parsing: batched, then one pair an element
-            batches = records.batch(PARSE_BATCH)
-            return (
-                batches.map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
-                .unbatch()
-                .map(_as_tensors)
-            )
+        def parse(records):  # prepared_dataset's parsing: a chunk of pairs an op
+            chunks = records.batch(CHUNK_PAIRS)
+            return chunks.map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
 
         library = bucket_by_token_budget, parse, prepared_dataset
         record["stages_pairs_per_s"] = stage_rates(tf, args, manifest, boundaries, xla, library)
@@ -376,8 +371,10 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     """Pairs/s of each step of `prepared_dataset` alone, in the graph, `args.stage_seconds` each
     after a short warm-up. The harness draws every PAIR_STRIDE-th pair (every BATCH_STRIDE-th
     batch) through `Dataset.shard`, which skips the others in C++: drawing each pair through a
-    graph loop would cost more than most of the steps measured."""
+    graph loop would cost more than most of the steps measured. Chunks (`CHUNK_PAIRS` pairs) are
+    drawn one by one."""
     bucket, parse, prepared_dataset = library
+    from pipelines.batching import CHUNK_PAIRS
     from pipelines.prepared import INTERLEAVED_FILES, SHUFFLE_BUFFER
 
     shards = manifest["splits"]["train"]["shards"]
@@ -394,8 +391,8 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     )
     parsed = parse(records)
     cached_records = records.take(STAGE_CACHE_PAIRS).cache()
-    cached_pairs = parsed.take(STAGE_CACHE_PAIRS).cache()
-    for cached in (cached_records, cached_pairs):  # fill the caches before timing
+    cached_chunks = parsed.take(STAGE_CACHE_PAIRS // CHUNK_PAIRS).cache()
+    for cached in (cached_records, cached_chunks):  # fill the caches before timing
         cached.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1)
     options = tf.data.Options()
     options.deterministic = args.seed is not None
@@ -415,24 +412,25 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
         )
 
     batching = bucket(args.batch_tokens, args.max_length, boundaries, xla)
-    stages = {  # name: (dataset, its elements are batches)
-        "read records (4 files interleaved)": (records, False),
-        "read + parse": (parsed, False),
-        "parse alone (records cached)": (parse(cached_records.repeat()), False),
-        "cached pairs alone": (cached_pairs.repeat(), False),
-        "shuffle alone (pairs cached)": (
-            cached_pairs.repeat().shuffle(SHUFFLE_BUFFER, seed=args.seed),
-            False,
+    stages = {  # name: (dataset, what an element is)
+        "read records (4 files interleaved)": (records, "pair"),
+        "shuffle alone (records cached)": (
+            cached_records.repeat().shuffle(SHUFFLE_BUFFER, seed=args.seed),
+            "pair",
         ),
-        "bucket alone (pairs cached)": (cached_pairs.repeat().apply(batching), True),
-        "full pipeline (as trainer)": (full(None), True),
-        "full pipeline, deterministic=False": (full(False), True),
+        "read + parse": (parsed, "chunk"),
+        "parse alone (records cached)": (parse(cached_records.repeat()), "chunk"),
+        "cached chunks alone": (cached_chunks.repeat(), "chunk"),
+        "bucket alone (chunks cached)": (cached_chunks.repeat().apply(batching), "batch"),
+        "full pipeline (as trainer)": (full(None), "batch"),
+        "full pipeline, deterministic=False": (full(False), "batch"),
     }
+    strides = {"pair": PAIR_STRIDE, "chunk": 1, "batch": BATCH_STRIDE}
     rates = {}
-    for name, (dataset, batches) in stages.items():
-        stride = BATCH_STRIDE if batches else PAIR_STRIDE
+    for name, (dataset, element) in stages.items():
+        stride = strides[element]
         dataset = dataset.with_options(options).shard(stride, 0).prefetch(tf.data.AUTOTUNE)
-        drain = drainer(tf, iter(dataset), batches)
+        drain = drainer(tf, iter(dataset), element != "pair")
         chunk = tf.constant(5, tf.int64)
         start = time.perf_counter()
         while time.perf_counter() - start < min(2.0, args.stage_seconds):
@@ -444,16 +442,21 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     return rates
 
 
-def drainer(tf, iterator, batches):
-    """A tf.function that draws `count` elements of `iterator`; the pairs they hold."""
+def drainer(tf, iterator, many):
+    """A tf.function that draws `count` elements of `iterator`; the pairs they hold (`many`: an
+    element is a chunk or a batch of pairs, else one pair)."""
+
+    def rows(element):
+        last = tf.nest.flatten(element)[-1]
+        if not many:
+            return 1
+        return last.nrows() if isinstance(last, tf.RaggedTensor) else tf.shape(last)[0]
 
     @tf.function
     def drain(count):
         pairs = tf.constant(0, tf.int64)
         for _ in tf.range(count):
-            element = next(iterator)
-            rows = tf.shape(tf.nest.flatten(element)[-1])[0] if batches else 1
-            pairs += tf.cast(rows, tf.int64)
+            pairs += tf.cast(rows(next(iterator)), tf.int64)
         return pairs
 
     return drain

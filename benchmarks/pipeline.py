@@ -24,17 +24,23 @@ from pipelines.tokenizer import load_or_train_tokenizer
 
 def plain_batches(source_path, target_path, tokenizer, batch_size, max_length):
     """Shuffled pairs padded to the longest of each batch of `batch_size`, no bucketing."""
-    from pipelines.batching import pair_length
+    from pipelines.batching import pair_lengths_of_chunk
     from pipelines.corpus import read_parallel_corpus
-    from pipelines.translation_dataset import tokenize_pairs
+    from pipelines.translation_dataset import add_boundary_tokens
+
+    def pad_kept(inputs, target_out):
+        kept = pair_lengths_of_chunk(*inputs) <= max_length
+        return tf.nest.map_structure(
+            lambda side: tf.ragged.boolean_mask(side, kept).to_tensor(), (inputs, target_out)
+        )
 
     corpus = read_parallel_corpus(source_path, target_path)
     return (
         tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
         .shuffle(len(corpus), seed=1)
-        .apply(tokenize_pairs(tokenizer))
-        .filter(lambda x, y: pair_length(*x) <= max_length)
-        .padded_batch(batch_size)
+        .batch(batch_size)
+        .map(lambda s, t: add_boundary_tokens(tokenizer.tokenize(s), tokenizer.tokenize(t)))
+        .map(pad_kept)
     )
 
 

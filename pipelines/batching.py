@@ -7,8 +7,10 @@ budget once padded to the bucket's boundary, so every batch holds at most `batch
 positions on each side. Padding to the boundary (not to the batch's longest pair) keeps the set
 of shapes small and fixed, which lets an XLA-compiled step compile once per bucket.
 
-Each transform takes and returns a `tf.data.Dataset` of `((source, target_in), target_out)` and
-is applied with `dataset.apply`.
+Pairs travel in chunks: an element `((source, target_in), target_out)` of ragged
+`[pairs, (tokens)]` holds `CHUNK_PAIRS` of them, so that tokenizing, parsing and bucketing each
+cost a few ops per thousand pairs rather than per pair. `bucket_by_token_budget` turns chunks
+into padded batches; it is applied with `dataset.apply`.
 """
 
 import math
@@ -19,10 +21,12 @@ import tensorflow as tf
 
 from pipelines.tokenizer import PAD_ID
 
+CHUNK_PAIRS = 1024  # pairs an element of a chunked stream holds
 
-def pair_length(source, target_in):
-    """The length that decides a pair's bucket: its longer side."""
-    return tf.maximum(tf.shape(source)[0], tf.shape(target_in)[0])
+
+def pair_lengths_of_chunk(source, target_in):
+    """The length that decides each pair's bucket: its longer side (ragged `[pairs, (tokens)]`)."""
+    return tf.maximum(source.row_lengths(), target_in.row_lengths())
 
 
 def bucket_boundaries(max_length, coarse_from=32, coarse_step=8):
@@ -57,15 +61,6 @@ def full_batches_per_pass(lengths, batch_tokens, max_length, boundaries=None):
     # Exact fractions: a float sum of 1/size per pair can land just above a whole number of
     # batches and round up to one batch too many.
     return math.ceil(sum(Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)))
-
-
-def filter_max_length(max_length):
-    """Drops pairs whose longer side (with BOS/EOS) exceeds `max_length`."""
-
-    def transform(dataset):
-        return dataset.filter(lambda x, y: pair_length(*x) <= max_length)
-
-    return transform
 
 
 def fitted_bucket_boundaries(lengths, num_buckets, max_length):
@@ -109,37 +104,115 @@ def fitted_bucket_boundaries(lengths, num_buckets, max_length):
 def bucket_by_token_budget(batch_tokens, max_length, boundaries=None, pad_batches=False):
     """Groups pairs of similar length into batches of at most `batch_tokens` per side.
 
+    Takes a stream of chunks (`CHUNK_PAIRS` pairs an element, as `tokenize_pairs` and
+    `prepared_dataset` read them): `((source, target_in), target_out)`, each ragged
+    `[pairs, (tokens)]`. Gives padded batches of the same structure. Pairs longer than
+    `max_length` are dropped.
+
+    Each step sorts a chunk's pairs, with those left waiting by earlier chunks, into buckets and
+    emits every full batch; a bucket's remainder waits for the next chunk and, at the end of a
+    finite stream, goes out as the bucket's last, smaller batch. So the batches are those of
+    `tf.data`'s `bucket_by_sequence_length`, but found by a few ops over a thousand pairs where
+    that spends several per pair.
+
     Args:
         batch_tokens: positions per batch and side, padding included.
         max_length: the longest pair (with BOS/EOS).
-        boundaries: bucket limits (exclusive); default one bucket per length, which pads least.
-            Under XLA pass few (`fitted_bucket_boundaries`): each is one compiled shape.
+        boundaries: bucket limits (exclusive; the last above `max_length`); default one bucket
+            per length, which pads least. Under XLA pass few (`fitted_bucket_boundaries`): each
+            is one compiled shape.
         pad_batches: also pad each bucket's last, smaller batch with all-PAD rows to the
             bucket's full batch, so a finite dataset (validation) has one shape per bucket too.
             PAD rows carry no loss and no metric.
     """
     boundaries = boundaries or bucket_boundaries(max_length)
-    sizes = bucket_batch_sizes(boundaries, batch_tokens)
+    if boundaries[-1] <= max_length:
+        raise ValueError(f"the last bucket boundary {boundaries[-1]} must exceed {max_length}")
+    limits = tf.constant(boundaries, tf.int64)
+    rows = tf.constant(bucket_batch_sizes(boundaries, batch_tokens)[:-1], tf.int64)
 
-    def pad_rows(inputs, target_out):
-        source, target_in = inputs
-        rows = batch_tokens // tf.shape(source)[1]
-        missing = [[0, tf.maximum(rows - tf.shape(source)[0], 0)], [0, 0]]
-        pad = lambda t: tf.pad(t, missing, constant_values=PAD_ID)  # noqa: E731
-        return (pad(source), pad(target_in)), pad(target_out)
+    def step(waiting, element):
+        chunk, is_last = element
+        sides = zip(waiting, tf.nest.flatten(chunk), strict=True)
+        pairs = tf.nest.pack_sequence_as(
+            chunk, [tf.concat([_ragged(old), new], 0) for old, new in sides]
+        )
+        order, bucket = _sorted_into_buckets(pairs, limits, max_length)
+        count = tf.math.bincount(bucket, minlength=len(boundaries), dtype=tf.int64)
+        batches = tf.where(is_last, -(-count // rows), count // rows)  # whole ones until the end
+        position = tf.range(tf.size(bucket, tf.int64)) - tf.gather(
+            tf.cumsum(count, exclusive=True), bucket
+        )
+        goes = position < tf.gather(tf.minimum(batches * rows, count), bucket)
+        batch_bucket, batch_rows = _batch_rows(count, batches, rows)
+        widths = tf.gather(limits, batch_bucket) - 1
+        emitted = _gather_pairs(pairs, tf.boolean_mask(order, goes))
+        left = _gather_pairs(pairs, tf.boolean_mask(order, ~goes))
+        return _state(left), (emitted, batch_rows, widths)
+
+    def split(pairs, batch_rows, widths):
+        def batch(start, count, width):
+            rows_out = batch_tokens // width if pad_batches else count
+            return tf.nest.map_structure(
+                lambda side: side[start : start + count].to_tensor(PAD_ID, shape=[rows_out, width]),
+                pairs,
+            )
+
+        starts = tf.cumsum(batch_rows, exclusive=True)
+        return tf.data.Dataset.from_tensor_slices((starts, batch_rows, widths)).map(batch)
 
     def transform(dataset):
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=lambda x, y: pair_length(*x),
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=sizes,
-            padded_shapes=(([None], [None]), [None]),
-            padding_values=((PAD_ID, PAD_ID), PAD_ID),
-            pad_to_bucket_boundary=True,
-        )
-        return dataset.map(pad_rows) if pad_batches else dataset
+        empty = _empty_chunk(dataset.element_spec)
+        end = tf.data.Dataset.from_tensors((empty, True))
+        steps = dataset.map(lambda inputs, target_out: ((inputs, target_out), False))
+        return steps.concatenate(end).scan(_state(empty), step).flat_map(split)
 
     return transform
+
+
+def _sorted_into_buckets(pairs, limits, max_length):
+    """The order of the pairs no longer than `max_length`, by bucket then as they came, and the
+    bucket of each in that order."""
+    lengths = tf.cast(pair_lengths_of_chunk(*pairs[0]), tf.int64)
+    kept = tf.where(lengths <= max_length)[:, 0]
+    bucket = tf.searchsorted(limits, tf.gather(lengths, kept), side="right")
+    return tf.gather(kept, tf.argsort(bucket, stable=True)), tf.sort(bucket)
+
+
+def _batch_rows(count, batches, rows):
+    """The bucket and number of pairs of each batch emitted: `batches[k]` of `rows[k]` pairs in
+    bucket k, of its `count[k]` pairs, the last one smaller if they run out."""
+    batch_bucket = tf.repeat(tf.range(tf.size(count)), batches)
+    index_in_bucket = tf.range(tf.size(batch_bucket, tf.int64)) - tf.gather(
+        tf.cumsum(batches, exclusive=True), batch_bucket
+    )
+    full = tf.gather(rows, batch_bucket)
+    return batch_bucket, tf.minimum(full, tf.gather(count, batch_bucket) - index_in_bucket * full)
+
+
+def _gather_pairs(pairs, indices):
+    return tf.nest.map_structure(lambda side: tf.gather(side, indices), pairs)
+
+
+def _state(pairs):
+    """Pairs waiting for their batch, as plain tensors (`Dataset.scan`'s state takes no ragged
+    ones): `(values, row_splits)` of each side."""
+    return tuple((side.flat_values, side.row_splits) for side in tf.nest.flatten(pairs))
+
+
+def _ragged(parts):
+    return tf.RaggedTensor.from_row_splits(*parts, validate=False)
+
+
+def _empty_chunk(spec):
+    """A chunk of no pair, of a chunked stream's element spec."""
+
+    def empty(side):
+        return tf.RaggedTensor.from_row_splits(
+            tf.zeros([0], side.dtype), tf.zeros([1], side.row_splits_dtype)
+        )
+
+    return tf.nest.map_structure(empty, spec)
 
 
 def padding_efficiency(dataset) -> float:

@@ -14,7 +14,7 @@ Each TFRecord record is a `tf.train.Example` with two int64 lists:
 
 so that `add_boundary_tokens(source[:-1], target[:-1])` gives the model's element
 `((source, [BOS] + target[:-1]), target)`, as `make_translation_dataset` does from text. A pair's
-bucketing length (`pipelines.batching.pair_length`) is `max(len(source), len(target))`.
+bucketing length (`pipelines.batching.pair_lengths_of_chunk`) is `max(len(source), len(target))`.
 Pair i of a split (in input order, dropped pairs counted) is in shard `i mod n`, so every shard
 samples the whole corpus.
 
@@ -55,9 +55,10 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from pipelines.batching import bucket_by_token_budget, filter_max_length
+from pipelines.batching import CHUNK_PAIRS, bucket_by_token_budget
 from pipelines.corpus import CorpusError
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from pipelines.translation_dataset import add_boundary_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,6 @@ RECORD = {
     "eos_id": EOS_ID,
     "unk_id": UNK_ID,
 }
-PARSE_BATCH = 1024  # records parsed by one op
 FEATURES = {"source": tf.io.RaggedFeature(tf.int64), "target": tf.io.RaggedFeature(tf.int64)}
 SHUFFLE_BUFFER = 65_536  # pairs; shards are samples of the whole corpus, so this mixes enough
 INTERLEAVED_FILES = 4  # shards read at once by one input pipeline
@@ -204,20 +204,12 @@ def prepared_pair_lengths(directory, split="train", max_length=None) -> np.ndarr
 
 
 def _parse_pairs(records):
-    """Serialized Examples → the model's elements for a batch of pairs, ragged rows that unbatch
-    into what `make_translation_dataset` gives (`add_boundary_tokens`'s form): one parse op for
-    many pairs, where a pair at a time costs a dozen small ops each."""
+    """Serialized Examples → a chunk of the model's elements (`add_boundary_tokens`' form), for
+    `bucket_by_token_budget`: one parse op for many pairs."""
     features = tf.io.parse_example(records, FEATURES)
-    source = tf.cast(features["source"], tf.int32)  # ids + EOS, as the model reads them
-    target = tf.cast(features["target"], tf.int32)  # ids + EOS, the output to predict
-    bos = tf.RaggedTensor.from_tensor(
-        tf.fill([tf.shape(records)[0], 1], BOS_ID), row_splits_dtype=target.row_splits.dtype
-    )
-    return (source, tf.concat([bos, target[:, :-1]], axis=1)), target
-
-
-def _as_tensors(inputs, target_out):
-    return inputs, target_out
+    source = tf.cast(features["source"], tf.int32)[:, :-1]  # ids, without the stored EOS
+    target = tf.cast(features["target"], tf.int32)[:, :-1]
+    return add_boundary_tokens(source, target)
 
 
 def _check_pipeline_share(directory, split, shards, num_shards, shard_index) -> int:
@@ -289,13 +281,9 @@ def prepared_dataset(
         cycle_length=min(INTERLEAVED_FILES, own_files),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    dataset = dataset.batch(PARSE_BATCH).map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
-    # Unbatched ragged rows come as rank-0 ragged values: a map makes them plain tensors.
-    dataset = dataset.unbatch().map(_as_tensors)
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if max_length < prepared_max_length:  # a per-pair filter costs throughput: only if needed
-        dataset = dataset.apply(filter_max_length(max_length))
+    dataset = dataset.batch(CHUNK_PAIRS).map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.apply(
         bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
     )

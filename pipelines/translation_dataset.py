@@ -1,7 +1,7 @@
 """The training input of §5.1 as one tf.data pipeline of small transforms.
 
-    read (validated) → shard → shuffle → tokenize in the graph → add BOS/EOS → filter by length
-    → bucket by token budget → prefetch
+    read (validated) → shard → shuffle → tokenize in the graph, a chunk of pairs at a time
+    → add BOS/EOS → bucket by token budget (dropping pairs over the maximum length) → prefetch
 
 Elements are `((source_ids, target_in_ids), target_out_ids)`, int32, padded with PAD = 0:
 source = tokens + [EOS], target_in = [BOS] + tokens, target_out = tokens + [EOS].
@@ -12,32 +12,34 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from pipelines.batching import bucket_by_token_budget, filter_max_length, pair_length
+from pipelines.batching import CHUNK_PAIRS, bucket_by_token_budget, pair_lengths_of_chunk
 from pipelines.corpus import read_parallel_corpus
 from pipelines.tokenizer import BOS_ID, EOS_ID
 
 logger = logging.getLogger(__name__)
 
-TOKENIZE_BATCH = 512  # tokenizing many sentences per op call is several times faster
-
 
 def add_boundary_tokens(source, target):
-    """Token ids → `((source + EOS, BOS + target), target + EOS)`."""
-    eos = tf.constant([EOS_ID], tf.int32)
-    bos = tf.constant([BOS_ID], tf.int32)
-    return (tf.concat([source, eos], 0), tf.concat([bos, target], 0)), tf.concat([target, eos], 0)
+    """Token ids, ragged `[pairs, (tokens)]` → `((source + EOS, BOS + target), target + EOS)`."""
+
+    def column(token_id):
+        return tf.RaggedTensor.from_tensor(
+            tf.fill([source.nrows(), 1], token_id), row_splits_dtype=source.row_splits.dtype
+        )
+
+    eos, bos = column(EOS_ID), column(BOS_ID)
+    return (tf.concat([source, eos], 1), tf.concat([bos, target], 1)), tf.concat([target, eos], 1)
 
 
 def tokenize_pairs(tokenizer):
+    """Text pairs → chunks of the model's elements (`pipelines.batching`'s chunked stream)."""
+
     def transform(dataset):
-        return (
-            dataset.batch(TOKENIZE_BATCH)
-            .map(
-                lambda s, t: (tokenizer.tokenize(s), tokenizer.tokenize(t)),
-                num_parallel_calls=tf.data.AUTOTUNE,
-            )
-            .unbatch()
-            .map(add_boundary_tokens, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.batch(CHUNK_PAIRS).map(
+            lambda source, target: add_boundary_tokens(
+                tokenizer.tokenize(source), tokenizer.tokenize(target)
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
         )
 
     return transform
@@ -80,10 +82,8 @@ def make_translation_dataset(
         dataset = dataset.shuffle(len(corpus), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = (
-        dataset.apply(tokenize_pairs(tokenizer))
-        .apply(filter_max_length(max_length))
-        .apply(bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches))
+    dataset = dataset.apply(tokenize_pairs(tokenizer)).apply(
+        bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
     )
     options = tf.data.Options()
     options.deterministic = seed is not None if deterministic is None else deterministic
@@ -96,8 +96,9 @@ def pair_lengths(source_path, target_path, tokenizer) -> np.ndarray:
     """The bucketing length (longer side, with BOS/EOS) of every pair of a corpus."""
     corpus = read_parallel_corpus(source_path, target_path)
     dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
-    lengths = dataset.apply(tokenize_pairs(tokenizer)).map(lambda x, y: pair_length(*x))
-    return np.fromiter(lengths.as_numpy_iterator(), dtype=np.int64, count=len(corpus))
+    chunks = dataset.apply(tokenize_pairs(tokenizer))
+    lengths = chunks.map(lambda inputs, target_out: pair_lengths_of_chunk(*inputs))
+    return np.concatenate([[], *lengths.as_numpy_iterator()]).astype(np.int64)
 
 
 def count_over_length(source_path, target_path, tokenizer, max_length) -> int:

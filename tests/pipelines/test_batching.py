@@ -12,18 +12,21 @@ from keras_transformer.training.data import kept_pair_lengths
 from keras_transformer.training.trainer import count_batches
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import (
+    bucket_batch_sizes,
     bucket_boundaries,
     fitted_bucket_boundaries,
     full_batches_per_pass,
 )
-from pipelines.translation_dataset import pair_lengths
+from pipelines.corpus import read_parallel_corpus
+from pipelines.tokenizer import PAD_ID
+from pipelines.translation_dataset import pair_lengths, tokenize_pairs
 
 BUDGET = 1024
 MAX_LENGTH = 64
 
 
 def batches(dataset):
-    return [tuple(t.numpy() for t in (s, ti, to)) for (s, ti), to in dataset]
+    return batches_of(dataset)
 
 
 def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, tokenizer):
@@ -40,6 +43,68 @@ def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, toke
         assert np.all((source == 2).sum(1) == 1)  # one EOS per source
         seen += len(source)
     assert seen == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
+
+
+def per_pair_bucketing(source_path, target_path, tokenizer, boundaries, pad_batches):
+    """The reference: `tf.data`'s `bucket_by_sequence_length`, one pair an element."""
+    corpus = read_parallel_corpus(source_path, target_path)
+    pairs = (
+        tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
+        .apply(tokenize_pairs(tokenizer))
+        .unbatch()
+        .map(lambda inputs, target_out: (inputs, target_out))  # rank-0 ragged → tensors
+        .filter(lambda inputs, _: tf.maximum(*(tf.size(side) for side in inputs)) <= MAX_LENGTH)
+    )
+    sizes = bucket_batch_sizes(boundaries, BUDGET)
+    batches = pairs.bucket_by_sequence_length(
+        lambda inputs, _: tf.maximum(*(tf.size(side) for side in inputs)),
+        boundaries,
+        sizes,
+        padded_shapes=(([None], [None]), [None]),
+        padding_values=((PAD_ID, PAD_ID), PAD_ID),
+        pad_to_bucket_boundary=True,
+    )
+
+    def full_rows(batch):
+        return [np.pad(t, [[0, BUDGET // t.shape[1] - len(t)], [0, 0]]) for t in batch]
+
+    return [full_rows(batch) if pad_batches else batch for batch in batches_of(batches)]
+
+
+def batches_of(dataset):
+    return [tuple(t.numpy() for t in (s, ti, to)) for (s, ti), to in dataset]
+
+
+@pytest.mark.parametrize("pad_batches", [False, True])
+@pytest.mark.parametrize("fitted", [False, True], ids=["a bucket a length", "fitted buckets"])
+def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
+    train_slice, tokenizer, pad_batches, fitted
+):
+    """A chunk of pairs at a time, the same batches, of the same pairs, in each bucket, as
+    `tf.data` makes a pair at a time (batches of different buckets may come in other order)."""
+    lengths = pair_lengths(*train_slice, tokenizer)
+    boundaries = (
+        fitted_bucket_boundaries(lengths[lengths <= MAX_LENGTH], 4, MAX_LENGTH)
+        if fitted
+        else bucket_boundaries(MAX_LENGTH)
+    )
+    ours = make_translation_dataset(
+        *train_slice,
+        tokenizer,
+        BUDGET,
+        MAX_LENGTH,
+        shuffle=False,
+        deterministic=True,
+        boundaries=boundaries,
+        pad_batches=pad_batches,
+    )
+    reference = per_pair_bucketing(*train_slice, tokenizer, boundaries, pad_batches)
+
+    def keyed(batches):
+        return sorted((b[0].shape, b[0].tobytes(), b[1].tobytes(), b[2].tobytes()) for b in batches)
+
+    assert len(reference) > 20
+    assert keyed(batches_of(ours)) == keyed(reference)
 
 
 def test_over_length_pairs_are_counted(train_slice, tokenizer):
