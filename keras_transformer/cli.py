@@ -107,6 +107,8 @@ def _prepare(args):
         languages=(args.src_lang, args.tgt_lang),
         tfds_data_dir=args.tfds_data_dir,
         splits=args.splits,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
     )
     manifest = prepare(
         args.output,
@@ -603,6 +605,10 @@ def _add_prepare(commands):
     source.add_argument(
         "--tfds", metavar="NAME[/CONFIG]", help="a TensorFlow Datasets translation dataset"
     )
+    source.add_argument(
+        "--dataset",
+        help="multi30k or wmt14, as `train --dataset` reads them, with their splits",
+    )
     for split in ("validation", "test"):
         prepare.add_argument(
             f"--{split}",
@@ -612,6 +618,7 @@ def _add_prepare(commands):
             help=f"{split} files: SRC TGT with --train, one TSV file with --tsv",
         )
     prepare.add_argument("--tfds-data-dir", type=Path, help="where TFDS keeps its datasets")
+    prepare.add_argument("--data-dir", type=Path, help="--dataset: where it is (or goes)")
     prepare.add_argument(
         "--splits",
         type=split_names,

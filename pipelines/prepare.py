@@ -223,14 +223,25 @@ def corpus_description(
     languages=(None, None),
     tfds_data_dir=None,
     splits=None,
+    dataset=None,
+    data_dir=None,
 ):
     """The input of `prepare` from the command line's options: `train` (source, target files),
-    `tsv` (one file) or `tfds_name` ("name" or "name/config"); `validation`, `test`: files of
-    the same kind; `languages`: labels, or the features of a TFDS dataset."""
-    if sum(given is not None for given in (train, tsv, tfds_name)) != 1:
-        raise CorpusError("give one training input: source and target files, a TSV file or TFDS")
+    `tsv` (one file), `tfds_name` ("name" or "name/config") or `dataset` (a corpus the trainer
+    names, `pipelines.datasets`, read from `data_dir` or its default place); `validation`,
+    `test`: files of the same kind; `languages`: labels, or the features of a TFDS dataset."""
+    if sum(given is not None for given in (train, tsv, tfds_name, dataset)) != 1:
+        raise CorpusError(
+            "give one training input: source and target files, a TSV file, TFDS or a dataset"
+        )
     if tfds_name is None and (tfds_data_dir or splits):
         raise CorpusError("a TFDS data directory and TFDS split names need a TFDS dataset")
+    if dataset is not None:
+        if validation or test:
+            raise CorpusError(f"the validation and test splits of {dataset} are its own")
+        return _named_corpus(dataset, data_dir, languages)
+    if data_dir is not None:
+        raise CorpusError("a data directory goes with a dataset the trainer names (--dataset)")
     if tfds_name is not None:
         if validation or test:
             raise CorpusError("a TFDS dataset's validation and test come from its split names")
@@ -240,6 +251,22 @@ def corpus_description(
     if train is not None:
         return _text_corpus({"train": train, **other}, _labels(languages, SIDES))
     return _tsv_corpus({"train": [tsv], **other}, _labels(languages, SIDES))
+
+
+def _named_corpus(dataset, data_dir, languages) -> TextPairs:
+    """The splits of a dataset of the trainer's registry, as text pairs (Multi30k is downloaded
+    where it is missing, as `train` does)."""
+    from pipelines import datasets
+
+    if datasets.vocabulary_kind(dataset) != "bpe":
+        raise CorpusError(
+            f"{dataset} trains a {datasets.vocabulary_kind(dataset)}-level vocabulary, which "
+            f"prepare does not make: train --dataset {dataset} reads its text"
+        )
+    data_dir = data_dir or datasets.default_data_dir(dataset)
+    defaults = datasets.default_languages(dataset, data_dir)
+    source, target = (given or default for given, default in zip(languages, defaults))
+    return TextPairs(datasets.corpus_files(dataset, data_dir, source, target), (source, target))
 
 
 def _text_corpus(files, languages) -> TextPairs:
@@ -444,7 +471,7 @@ class _SplitWriter:
     def add(self, batch):
         sources, targets, source_ids, source_splits, target_ids, target_splits = batch
         source_lengths, target_lengths = np.diff(source_splits), np.diff(target_splits)
-        lengths = np.maximum(source_lengths, target_lengths)  # `pair_length`, BOS/EOS included
+        lengths = np.maximum(source_lengths, target_lengths)  # with BOS/EOS, as the trainer buckets
         empty = np.minimum(source_lengths, target_lengths) == 1  # EOS alone
         kept = ~empty & (lengths <= self.max_length)
         self._count(lengths, empty, kept)

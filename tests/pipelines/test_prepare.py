@@ -351,6 +351,9 @@ def test_a_corpus_whose_every_pair_is_too_long_is_an_error_not_a_hang(tmp_path):
         ({"tfds_name": "d", "validation": ["v"]}, "come from its split names"),
         ({"tsv": "a", "splits": {"train": "t"}}, "need a TFDS dataset"),
         ({"tsv": "a", "languages": ("xx", None)}, "name both languages"),
+        ({"dataset": "multi30k", "test": ["x", "y"]}, "test splits of multi30k are its own"),
+        ({"tsv": "a", "data_dir": "d"}, "data directory goes with a dataset"),
+        ({"dataset": "ptb"}, "ptb trains a word-level vocabulary.*train --dataset ptb"),
     ],
 )
 def test_inconsistent_input_options_are_named(arguments, message):
@@ -542,3 +545,26 @@ def test_prepare_a_tfds_dataset_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main([*arguments[:5], "--splits", "train", "--output", str(tmp_path / "x")])
     assert "'train' is not SPLIT=TFDS_SPLIT" in capsys.readouterr().err
+
+
+def test_a_dataset_the_trainer_names_prepares_with_its_splits(tmp_path, multi30k_dir, capsys):
+    """`prepare --dataset multi30k` (what `make demo` runs): Multi30k's three splits, its
+    language pair by default."""
+    data_dir = tmp_path / "multi30k"
+    data_dir.mkdir()
+    for path in multi30k_dir.glob("*.[ed][ne].gz"):  # the first lines of each EN and DE file
+        with gzip.open(path, "rt", encoding="utf-8") as whole:
+            lines = [line for _, line in zip(range(200), whole, strict=False)]
+        with gzip.open(data_dir / path.name, "wt", encoding="utf-8") as part:
+            part.writelines(lines)
+    arguments = ["prepare", "--dataset", "multi30k", "--data-dir", str(data_dir)]
+    output = ["--output", str(tmp_path / "out"), "--vocab-size", "300"]
+    assert cli.main([*arguments, *output]) == 0
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest["languages"] == {"source": "en", "target": "de"}
+    assert {name: split["pairs_read"] for name, split in manifest["splits"].items()} == {
+        "train": 200,
+        "validation": 200,
+        "test_2016_flickr": 200,
+    }
+    assert manifest["corpus"]["inputs"]["train.source"]["path"] == str(data_dir / "train.en.gz")
