@@ -10,7 +10,7 @@ same number of threads for every engine (`--threads`, 2 by default):
   `ctranslate2.Translator`, α as its length penalty (|Y|^α, not GNMT's ((5 + |Y|) / 6)^α:
   docs/DESIGN.md, "CTranslate2").
 
-Each engine runs in a fresh child process (its own peak RSS). For each, beam-4 throughput in
+Each engine runs in a fresh child process (its own peak RSS, VmHWM). For each, beam-4 throughput in
 target tokens/s at batch 1 (the first `--batch1-sentences`, one call each: batch 1 over all
 1,000 would take most of the budget), 16 and 64 (all sentences, sorted by length into batches, as
 `Translator` and CTranslate2 both batch); the median latency of the batch-1 calls; sacreBLEU of
@@ -29,7 +29,6 @@ import gzip
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,9 +37,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# This script bears the engine's name: its directory leaves the import path, so that
-# `import ctranslate2` finds the engine; the checkout's packages come first.
-sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
+# This script bears the engine's name: its directory goes to the end of the import path, so
+# that `import ctranslate2` finds the engine; the checkout's packages come first.
+BENCHMARKS = REPO / "benchmarks"
+sys.path[:] = [
+    str(REPO),
+    *(p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS),
+    str(BENCHMARKS),
+]
 ENGINES = ("keras", "keras-xla", "saved-model", "ct2-float32", "ct2-int8")
 BATCH_SIZES = (1, 16, 64)
 BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # §6.1, keras_transformer.decoding.search.SEARCH
@@ -60,12 +64,20 @@ def main():
     parser.add_argument("--sentences", type=int, help="only the first N (a quick trial)")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="BATCH",
+        help="instead: where our XLA beam search spends one batch of BATCH sentences",
+    )
     parser.add_argument("--engine", choices=ENGINES, help=argparse.SUPPRESS)  # a child's
     parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--outputs", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine:
         measure_engine(args)
+    elif args.profile:
+        profile(args)
     else:
         compare(args)
 
@@ -199,7 +211,11 @@ def measure_engine(args):
     record = {"engine": args.engine, "threads": args.threads, "size_mib": size_mib(args)}
     for batch in BATCH_SIZES:
         subset = sources[: args.batch1_sentences] if batch == 1 else sources
-        warm_up(translate, subset, batch, subwords, padded_width, max_length)
+        start = time.perf_counter()
+        record[f"warm_up_calls_b{batch}"] = warm_up(
+            translate, subset, batch, subwords, padded_width, max_length
+        )
+        record[f"warm_up_s_b{batch}"] = round(time.perf_counter() - start, 1)
         outputs, seconds, latencies = timed_pass(translate, subset, batch)
         tokens = sum(len(ids) for ids in subwords.encode(outputs))
         record[f"tokens_per_s_b{batch}"] = round(tokens / seconds, 1)
@@ -208,8 +224,17 @@ def measure_engine(args):
         if batch == 1:
             record["p50_ms_b1"] = round(1000 * statistics.median(latencies), 1)
     args.outputs.write_text(json.dumps(outputs, ensure_ascii=False), encoding="utf-8")
-    record["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    record["peak_rss_mib"] = peak_rss_mib()
     print(RESULT_TAG + json.dumps(record), flush=True)
+
+
+def peak_rss_mib() -> int:
+    """This process's peak resident memory since its `exec` (VmHWM). Not `ru_maxrss`, which a
+    child inherits from its parent's at `fork`: the parent has TensorFlow and the exports."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024)
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def read_split(args, language) -> list[str]:
@@ -318,8 +343,10 @@ def warm_up(translate, sentences, batch, subwords, padded_width, max_length):
         longest = max(lengths[i] for i in indices)
         width = padded_width(longest, limit=max_length) if padded_width else None
         shapes.setdefault((len(indices), width), indices)
-    for indices in list(shapes.values())[: None if padded_width else 1]:
+    calls = list(shapes.values())[: None if padded_width else 1]
+    for indices in calls:
         translate([sentences[i] for i in indices], batch)
+    return len(calls)
 
 
 def timed_pass(translate, sentences, batch):
@@ -334,6 +361,100 @@ def timed_pass(translate, sentences, batch):
         outputs += translate([sentence], 1)
         latencies.append(time.perf_counter() - start)
     return outputs, sum(latencies), latencies
+
+
+# --profile: our search on one batch.
+
+
+def profile(args):
+    """Prints, for the middle batch of `--profile` sentences of the length-sorted split: the
+    steps our beam search's loop ran, the steps its sentences needed (their output lengths with
+    EOS), the cache length every step attends over, and the XLA search's per-op thread time
+    (tf.profiler, one trace event per HLO op; `profile_step.py`'s reading), per call and per
+    step."""
+    from profile_step import grouped, op_times, xla_flags
+
+    tensorflow_threads(args.threads)
+    os.environ["XLA_FLAGS"] = xla_flags(None)  # read at XLA's first compilation
+    import tensorflow as tf
+
+    from keras_transformer.decoding.search import max_decode_length
+    from keras_transformer.decoding.translator import Translator, load_run, pad_to_bucket
+
+    translator = load_run(args.model)
+    max_length = translator.model.config.max_length
+    sentences = read_split(args, "en")
+    subwords = translator.tokenizer
+    batches = length_sorted_batches(sentences, args.profile, sentencepiece_of(args))
+    batch = [sentences[i] for i in batches[len(batches) // 2]]
+    source_ids = pad_to_bucket(translator.encode_sentences(batch), limit=max_length)
+    steps, target_ids = loop_steps(translator, source_ids)
+    needed = [len(until_eos(row)) for row in target_ids.numpy().tolist()]
+    compiled = Translator(translator.model, subwords, jit_compile=True)
+    for _ in range(2):  # compiles, warms up
+        compiled.decode_ids(source_ids)
+    logdir = Path(tempfile.mkdtemp(prefix="kt-beam-profile-"))
+    calls = 3
+    tf.profiler.experimental.start(str(logdir))
+    start = time.perf_counter()
+    for _ in range(calls):
+        compiled.decode_ids(source_ids)
+    call_ms = 1000 * (time.perf_counter() - start) / calls
+    tf.profiler.experimental.stop()
+    summary = {
+        "sentences": len(batch),
+        "source_width": source_ids.shape[1],
+        "cache_positions": max_decode_length(
+            translator.model, tf.constant(source_ids), EXTRA_LENGTH
+        ),
+        "loop_steps": steps,
+        "longest_output": max(needed),
+        "mean_output": round(statistics.mean(needed), 1),
+        "hypothesis_steps_run": steps * len(batch) * BEAM_SIZE,
+        "hypothesis_steps_needed": sum(needed) * BEAM_SIZE,
+        "xla_call_ms": round(call_ms, 1),
+    }
+    print(json.dumps(summary))
+    print(f"{'event':<48} {'ms/call':>9} {'µs/step':>9}")
+    for name, ms in grouped(op_times(logdir)).most_common(25):
+        print(f"{name[:48]:<48} {ms / calls:9.1f} {1000 * ms / calls / steps:9.0f}")
+
+
+def sentencepiece_of(args):
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(args.model / SUBWORDS))
+
+
+def loop_steps(translator, source_ids):
+    """The steps our beam search's loop runs on `source_ids` (one slice, no XLA), counted by a
+    variable each decoder step adds to, and the best target ids."""
+    import tensorflow as tf
+
+    from keras_transformer.decoding.translator import Translator
+
+    model = translator.model
+    counter = tf.Variable(0)
+    decode_step = model.decode_step
+
+    def counted(*args):
+        counter.assign_add(1)
+        return decode_step(*args)
+
+    model.decode_step = counted
+    try:
+        plain = Translator(model, translator.tokenizer, slices=1)
+        target_ids, _ = plain.decode_ids(source_ids)
+    finally:
+        del model.decode_step  # the class's method again
+    return int(counter.numpy()), target_ids
+
+
+def until_eos(ids):
+    """Generated ids up to EOS, included (PAD after it)."""
+    from pipelines.tokenizer import EOS_ID
+
+    return ids[: ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
 
 
 if __name__ == "__main__":
