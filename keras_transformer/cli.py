@@ -269,6 +269,8 @@ def _curve(args):
 
 
 def _export(args):
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args)
     from keras_transformer.serving.saved_model import export_saved_model
     from keras_transformer.serving.tflite import export_tflite
 
@@ -290,6 +292,21 @@ def _export(args):
         path = export_saved_model(
             translator, args.output, search, args.jit_compile, args.warmup_batch_sizes or (1,)
         )
+    print(f"exported {path}")
+
+
+def _export_ctranslate2(args):
+    """`export --format ctranslate2`: no search to fix, CTranslate2 takes it when it translates."""
+    if args.jit_compile:
+        raise SystemExit("--jit-compile applies to SavedModel exports; CTranslate2 has no XLA")
+    try:
+        from keras_transformer.serving.ctranslate2_export import export_ctranslate2
+    except ModuleNotFoundError as error:  # ctranslate2: the [ctranslate2] extra
+        raise SystemExit(
+            f"export --format ctranslate2 needs the ctranslate2 extra ({error}): "
+            "pip install 'keras-transformer[ctranslate2]'"
+        ) from None
+    path = export_ctranslate2(_load_translator(args), args.output, args.quantization)
     print(f"exported {path}")
 
 
@@ -409,15 +426,21 @@ def _add_decoding(commands):
     distill.set_defaults(handler=_distill)
 
     export = commands.add_parser(
-        "export", help="SavedModel for TF Serving (<output>/<next version>/), or TFLite"
+        "export",
+        help="SavedModel for TF Serving (<output>/<next version>/), TFLite, or CTranslate2",
     )
     export.add_argument("--model", type=Path, required=True, help="training run directory")
     export.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
     _add_ensemble(export)
     export.add_argument(
-        "--output", type=Path, required=True, help="SavedModel base path, or the .tflite file"
+        "--output",
+        type=Path,
+        required=True,
+        help="SavedModel base path, the .tflite file, or the new CTranslate2 directory",
     )
-    export.add_argument("--format", choices=["saved_model", "tflite"], default="saved_model")
+    export.add_argument(
+        "--format", choices=["saved_model", "tflite", "ctranslate2"], default="saved_model"
+    )
     export.add_argument(
         "--jit-compile",
         action="store_true",
@@ -448,6 +471,12 @@ def _add_decoding(commands):
         "--source-length",
         type=int,
         help="max source subwords with EOS (default 64, or the model's max_length if shorter)",
+    )
+    ctranslate2 = export.add_argument_group("ctranslate2")
+    ctranslate2.add_argument(
+        "--quantization",
+        help="CTranslate2's weight type: int8, int8_float32, int8_float16, int16, float16, "
+        "bfloat16 (default: float32)",
     )
     export.set_defaults(handler=_export)
 
