@@ -271,6 +271,8 @@ def _curve(args):
 def _export(args):
     if args.format == "ctranslate2":
         return _export_ctranslate2(args)
+    if args.quantization:
+        raise SystemExit("--quantization applies to --format ctranslate2 (TFLite: --quantize)")
     from keras_transformer.serving.saved_model import export_saved_model
     from keras_transformer.serving.tflite import export_tflite
 

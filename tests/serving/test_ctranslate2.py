@@ -284,3 +284,10 @@ def test_ensembles_constraints_quantizations_and_existing_outputs_are_refused(
     with pytest.raises(CTranslate2ExportError, match="already exists"):
         export_ctranslate2(translator, exported)
     assert not list(tmp_path.iterdir())
+
+
+def test_quantization_with_another_format_is_refused(trained_run, tmp_path):
+    arguments = ["export", "--model", str(trained_run), "--output", str(tmp_path / "saved")]
+    with pytest.raises(SystemExit, match="--quantization applies to --format ctranslate2"):
+        cli.main([*arguments, "--quantization", "int8"])
+    assert not (tmp_path / "saved").exists()
