@@ -363,7 +363,7 @@ def _add_serve_limits(serve):
     batching.add_argument(
         "--max-enqueued-batches",
         type=at_least(1),
-        default=8,
+        default=64,
         help="queue bound in batches (a request each without batching); beyond: 503",
     )
     limits = serve.add_argument_group("limits and deadlines")

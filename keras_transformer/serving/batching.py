@@ -43,7 +43,7 @@ class BatchingParameters:
     max_batch_size: int = 32
     batch_timeout_micros: int = 5000
     num_batch_threads: int = 4
-    max_enqueued_batches: int = 8
+    max_enqueued_batches: int = 64
 
 
 @dataclass(eq=False)

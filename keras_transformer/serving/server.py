@@ -210,9 +210,9 @@ class ModelServer:
         if self._thread.is_alive():
             self._http.shutdown()  # no new connections
         grpc_stopped = self._grpc.stop(grace=timeout)  # no new RPCs; those running go on
+        self.scheduler.close(timeout)  # the queued requests are computed at once
         with self._changed:
             self._changed.wait_for(lambda: self._in_flight == 0, timeout)
-        self.scheduler.close(timeout)
         self._http.server_close()
         grpc_stopped.wait(timeout)
         logger.info("stopped")
