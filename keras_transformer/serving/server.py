@@ -208,12 +208,12 @@ class ModelServer:
             self._draining = True
         self.model.stop_polling()
         if self._thread.is_alive():
-            self._http.shutdown()  # no new connections
+            self._http.shutdown()
+        self._http.server_close()  # new connections are refused, not left in the backlog
         grpc_stopped = self._grpc.stop(grace=timeout)  # no new RPCs; those running go on
         self.scheduler.close(timeout)  # the queued requests are computed at once
         with self._changed:
             self._changed.wait_for(lambda: self._in_flight == 0, timeout)
-        self._http.server_close()
         grpc_stopped.wait(timeout)
         logger.info("stopped")
 
