@@ -10,7 +10,8 @@ probes of a hardened server, one JSON line each: 200 stalled connections, a 100k
 sentence, an oversized gRPC shape, a new version dropped in mid-load, SIGTERM mid-load.
 Records go to benchmarks/results/serving-<part>-<UTC stamp>.jsonl.
 
-    .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part load
+    .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part load \
+        [--batching off on --num-batch-threads 2 --clients 32 --requests 50]
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part faults
 """
 
@@ -129,21 +130,29 @@ def load(server, api, sentences, clients, requests):
     }
 
 
-BATCHING_FLAGS = {
-    "off": [],
-    "on": ["--enable-batching", "--max-batch-size", "32", "--batch-timeout-micros", "5000"],
-}
+def batching_flags(mode, args):
+    if mode == "off":
+        return []
+    return [
+        "--enable-batching",
+        "--max-batch-size",
+        str(args.clients),
+        "--num-batch-threads",
+        str(args.num_batch_threads),
+    ]
 
 
 def load_part(args, sentences):
     records = []
-    for mode, flags in BATCHING_FLAGS.items():
-        server = Server(args.model_base_path, *flags)
+    for mode in args.batching:
+        server = Server(args.model_base_path, *batching_flags(mode, args))
         for sentence in sentences:  # the first calls of a loaded SavedModel are the slowest
             rest_predict(server, [sentence])
         for api in ("rest", "grpc"):
             record = load(server, api, sentences, args.clients, args.requests)
-            records.append({"benchmark": "serving-load", "batching": mode, **record})
+            threads = args.num_batch_threads if mode == "on" else 4
+            record = {"batching": mode, "num_batch_threads": threads, **record}
+            records.append({"benchmark": "serving-load", **record})
             print(json.dumps(records[-1]), flush=True)
         rss = server.peak_rss_mib()
         for record in records[-2:]:
@@ -344,6 +353,10 @@ def main():
     parser.add_argument("--part", choices=["load", "faults"], required=True)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--batching", nargs="+", choices=["off", "on"], default=["off", "on"])
+    parser.add_argument(
+        "--num-batch-threads", type=int, default=2, help="with batching on (off: serve's 4)"
+    )
     args = parser.parse_args()
 
     sentences = read_lines(args.data_dir / "test_2016_flickr.en.gz")[:64]

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -20,6 +19,7 @@ from keras_transformer import cli
 from keras_transformer.serving.lifecycle import ServedModel, version_directories
 from keras_transformer.serving.server import ModelServer
 from repo_paths import REPO_ROOT
+from waiting import wait_until
 
 NAME = "m30k-ende"
 
@@ -44,13 +44,6 @@ def test_serve_without_a_version_directory_is_one_clear_error(tmp_path):
     with pytest.raises(SystemExit, match=f"no version directory under {tmp_path}") as stop:
         cli.main(["serve", "--model-name", NAME, "--model-base-path", str(tmp_path)])
     assert "\n" not in str(stop.value)
-
-
-def wait_until(condition, seconds=120):
-    stop = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < stop, "timed out waiting"
-        time.sleep(0.05)
 
 
 def corrupt(version_dir):

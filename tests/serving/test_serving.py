@@ -6,7 +6,6 @@ import base64
 import json
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from keras_transformer.decoding.translator import load_run
 from keras_transformer.serving.batching import BatchingParameters
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.server import ModelServer, ServedModel
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
 
@@ -84,13 +84,6 @@ def http(server, path, body=None, raw=None):
 
 
 PREDICT = f"/v1/models/{NAME}:predict"
-
-
-def wait_until(condition, seconds=120):
-    stop = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < stop, "timed out waiting"
-        time.sleep(0.05)
 
 
 def test_status_and_metadata(server):
