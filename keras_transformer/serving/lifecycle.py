@@ -145,11 +145,7 @@ class ServedModel:
 
     def acquire(self, version=None, label=None) -> Servable:
         """The servable a request names (None: the one served), held until `release()`d."""
-        if label:
-            raise not_found(
-                f"Servable not found for request: Labeled({self.name}, {label}): "
-                "no version labels are assigned"
-            )
+        self.check_label(label)
         with self._lock:
             servable = self._serving if version is None else self.versions.get(version)
             if servable is None or servable.state != AVAILABLE:
@@ -158,6 +154,13 @@ class ServedModel:
                 raise not_found(f"Servable not found for request: Specific({self.name}, {version})")
             servable.acquire()
         return servable
+
+    def check_label(self, label):
+        if label:
+            raise not_found(
+                f"Servable not found for request: Labeled({self.name}, {label}): "
+                "no version labels are assigned"
+            )
 
     def check_name(self, name):
         if name != self.name:

@@ -183,8 +183,7 @@ class ModelServer:
 
     def status_servables(self, name, version=None, label=None):
         self.model.check_name(name)
-        if label:
-            self.model.acquire(label=label)  # raises: no labels are assigned
+        self.model.check_label(label)
         return self.model.status(version)
 
     def status(self, name, version=None, label=None) -> dict:
