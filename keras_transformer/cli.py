@@ -313,9 +313,12 @@ def _export_ctranslate2(args):
 
 
 def _serve(args):
-    import time
+    import signal
+    import threading
 
     try:
+        from keras_transformer.serving.batching import BatchingParameters
+        from keras_transformer.serving.limits import Limits
         from keras_transformer.serving.server import ModelServer, ServedModel
     except ModuleNotFoundError as error:  # grpc, tensorflow_serving: the [serving] extra
         raise SystemExit(
@@ -323,21 +326,96 @@ def _serve(args):
             "pip install 'keras-transformer[serving]'"
         ) from None
 
-    model = ServedModel(args.model_name, args.model_base_path)
-    server = ModelServer(
-        model, args.host, args.rest_port, args.grpc_port, args.max_body_bytes
-    ).start()
+    try:
+        model = ServedModel(args.model_name, args.model_base_path)
+        server = ModelServer(
+            model,
+            args.host,
+            args.rest_port,
+            args.grpc_port,
+            args.max_body_bytes,
+            limits=Limits(args.max_sentences_per_request, args.max_source_length),
+            batching=BatchingParameters(
+                args.enable_batching,
+                args.max_batch_size,
+                args.batch_timeout_micros,
+                args.num_batch_threads,
+                args.max_enqueued_batches,
+            ),
+            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
+            socket_timeout_s=args.socket_timeout_s,
+            poll_seconds=args.file_system_poll_wait_seconds or None,
+        ).start()
+    except (OSError, ValueError) as error:  # no version, none loads, a port taken
+        raise SystemExit(f"keras-transformer serve: error: {error}") from None
     print(
         f"serving {args.model_name} v{model.version}: "
         f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "
-        f"and gRPC {args.host}:{server.grpc_port}; Ctrl-C stops",
+        f"and gRPC {args.host}:{server.grpc_port}; Ctrl-C or SIGTERM drains and stops",
         flush=True,
     )
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        server.stop()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+    server.drain(args.drain_timeout_s)
+
+
+def _add_serve_limits(serve):
+    """`serve`'s batching, queue, deadline, limit and version-polling flags (TF Serving's names
+    where it has them)."""
+    batching = serve.add_argument_group("batching (TF Serving's batching parameters)")
+    batching.add_argument(
+        "--enable-batching",
+        action="store_true",
+        help="decode concurrent requests together (default: each request on its own)",
+    )
+    batching.add_argument("--max-batch-size", type=at_least(1), default=32, help="sentences")
+    batching.add_argument(
+        "--batch-timeout-micros",
+        type=at_least(0),
+        default=5000,
+        help="how long a batch waits for more requests after its first",
+    )
+    batching.add_argument(
+        "--num-batch-threads", type=at_least(1), default=4, help="model calls at once"
+    )
+    batching.add_argument(
+        "--max-enqueued-batches",
+        type=at_least(1),
+        default=64,
+        help="queue bound in batches (a request each without batching); beyond: 503",
+    )
+    limits = serve.add_argument_group("limits and deadlines")
+    limits.add_argument("--max-sentences-per-request", type=at_least(1), default=64)
+    limits.add_argument(
+        "--max-source-length",
+        type=at_least(1),
+        default=2048,
+        help="UTF-8 bytes of a sentence, or ids of a source_ids row",
+    )
+    limits.add_argument(
+        "--rest-api-timeout-in-ms",
+        type=at_least(1),
+        default=30_000,
+        help="a REST request's deadline (gRPC requests take their RPC's)",
+    )
+    limits.add_argument(
+        "--socket-timeout-s", type=float, default=30.0, help="a stalled REST connection's life"
+    )
+    limits.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        default=30.0,
+        help="on SIGTERM or Ctrl-C, how long requests in flight may take to be answered",
+    )
+    serve.add_argument(
+        "--file-system-poll-wait-seconds",
+        type=at_least(0),
+        default=1,
+        help="how often the base path is looked at for a new version; 0: never",
+    )
 
 
 def _add_search_arguments(parser):
@@ -491,6 +569,7 @@ def _add_decoding(commands):
     serve.add_argument("--grpc-port", type=int, default=8500)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    _add_serve_limits(serve)
     serve.set_defaults(handler=_serve)
 
     attention = commands.add_parser("attention", help="plot attention heads (Figures 3-5)")

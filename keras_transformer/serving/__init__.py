@@ -2,5 +2,6 @@
 
 - `saved_model`: a SavedModel in TensorFlow Serving's layout, with beam-search signatures.
 - `tflite`: a LiteRT (TFLite) model of builtin ops.
-- `server`: a TF-Serving-compatible REST and gRPC endpoint over an export base path.
+- `server`: a TF-Serving-compatible REST and gRPC endpoint over an export base path, with
+  `rest`, `grpc_service`, `lifecycle`, `batching`, `limits`, `metrics` and `errors`.
 """

@@ -1,5 +1,6 @@
 """The TF-Serving-compatible endpoint, driven by real clients over loopback: plain HTTP JSON in
-both formats, and the official gRPC stub from tensorflow-serving-api."""
+both formats, and the official gRPC stub from tensorflow-serving-api; batching, limits, protocol
+faults and the graceful drain."""
 
 import base64
 import json
@@ -7,18 +8,24 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
 )
 
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.serving.batching import BatchingParameters
+from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.server import ModelServer, ServedModel
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
 
@@ -36,11 +43,31 @@ def expected(run_dir):
     return load_run(run_dir).translate(SENTENCES, beam_size=4, alpha=0.6)
 
 
+LIMITS = Limits(max_sentences=8, max_source_length=200)
+
+
 @pytest.fixture(scope="module")
-def server(exported):
-    server = ModelServer(
-        ServedModel(NAME, exported), rest_port=0, grpc_port=0, max_body_bytes=64 * 1024
+def model(exported):
+    return ServedModel(NAME, exported)
+
+
+def started(model, **options):
+    return ModelServer(
+        model, rest_port=0, grpc_port=0, max_body_bytes=64 * 1024, limits=LIMITS, **options
     ).start()
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    server = started(model, socket_timeout_s=2.0)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def batched_server(model):
+    batching = BatchingParameters(True, max_batch_size=8, batch_timeout_micros=200_000)
+    server = started(model, batching=batching)
     yield server
     server.stop()
 
@@ -103,8 +130,8 @@ def test_options_signature_takes_scalars_in_columnar_format(server):
     assert status == 200 and len(reply["outputs"]["target_ids"][0]) == 6
 
 
-def ids_request(beam_size=2, extra_length=3):
-    inputs = {"source_ids": [[40, 41, 2]], "beam_size": beam_size, "alpha": 0.6}
+def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),)):
+    inputs = {"source_ids": source_ids, "beam_size": beam_size, "alpha": 0.6}
     body = {"signature_name": "translate_ids", "inputs": {**inputs, "extra_length": extra_length}}
     return json.dumps(body).encode()
 
@@ -125,6 +152,15 @@ def ids_request(beam_size=2, extra_length=3):
         (PREDICT, ids_request(beam_size=0), 400, "beam_size must be at least 1"),
         (PREDICT, ids_request(beam_size=65), 400, "beam_size must be at most 64"),
         (PREDICT, ids_request(extra_length=-1), 400, "extra_length must be 0 or more"),
+        (PREDICT, json.dumps({"instances": ["a"] * 9}).encode(), 400, "--max-sentences-per"),
+        (PREDICT, json.dumps({"instances": ["é" * 101]}).encode(), 400, "202 bytes, over"),
+        (PREDICT, ids_request(source_ids=[[2] * 201]), 400, "201 ids, over the limit of 200"),
+        (PREDICT, ids_request(source_ids=[[-1, 2]]), 400, "holds -1"),
+        (PREDICT, ids_request(source_ids=[[2**31, 2]]), 400, "holds 2147483648"),
+        (PREDICT, ids_request(beam_size=2**40), 400, "holds 1099511627776"),
+        (PREDICT, b"[" * 30000 + b"]" * 30000, 400, "nested too deeply"),
+        (f"/v1/models/{NAME}/versions/0:predict", b'{"instances": ["a"]}', 404, "0"),
+        (f"/v1/models/{NAME}/labels/stable:predict", b'{"instances": ["a"]}', 404, "stable"),
     ],
 )
 def test_bad_requests_get_their_status_and_the_server_keeps_serving(
@@ -202,3 +238,146 @@ def test_sixteen_concurrent_clients_all_answered_correctly(server, expected):
     for thread in threads:
         thread.join(timeout=600)
     assert not failures and len(answers) == 16 * 20 and all(answers)
+
+
+def test_answers_under_batching_equal_answers_one_at_a_time(server, batched_server):
+    sentences = SENTENCES + ["A man rides a bike.", "Kids.", "A red car.", "Two cats sleep."]
+    alone = [http(server, PREDICT, {"instances": [s]})[1]["predictions"][0] for s in sentences]
+    start = threading.Barrier(len(sentences))
+
+    def together(sentence):
+        start.wait(timeout=60)
+        return http(batched_server, PREDICT, {"instances": [sentence]})
+
+    with ThreadPoolExecutor(len(sentences)) as pool:
+        replies = list(pool.map(together, sentences))
+    assert all(status == 200 for status, _ in replies)
+    batched = [reply["predictions"][0] for _, reply in replies]
+    assert [b["translations"] for b in batched] == [a["translations"] for a in alone]
+    assert [b["scores"] for b in batched] == pytest.approx([a["scores"] for a in alone], rel=1e-5)
+    registry = batched_server.metrics.registry
+    calls = registry.get_sample_value("keras_transformer_serving_batch_size_count")
+    rows = registry.get_sample_value("keras_transformer_serving_batch_size_sum")
+    assert rows == len(sentences) and calls < len(sentences)  # some requests shared a call
+
+
+def grpc_request(inputs, signature_name="serving_default", **spec):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = NAME
+    request.model_spec.signature_name = signature_name
+    for field, value in spec.items():
+        if field == "version":
+            request.model_spec.version.value = value
+        else:
+            setattr(request.model_spec, field, value)
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(value)
+    return request
+
+
+def grpc_error(server, request):
+    with pytest.raises(grpc.RpcError) as error:
+        grpc_stub(server).Predict(request, timeout=60)
+    return error.value.code(), error.value.details()
+
+
+def declared(shape, dtype):
+    """A TensorProto that declares `shape` and holds no values."""
+    proto = tf.make_tensor_proto([], dtype)
+    proto.tensor_shape.Clear()
+    for size in shape:
+        proto.tensor_shape.dim.add(size=size)
+    return proto
+
+
+def test_grpc_refuses_oversized_shapes_before_building_them(server):
+    code, details = grpc_error(server, grpc_request({"text": declared([10**9], tf.string)}))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "1000000000 sentences" in details
+    scalar = {name: tf.make_tensor_proto(v) for name, v in [("beam_size", 2), ("extra_length", 3)]}
+    inputs = {"source_ids": declared([1, 10**9], tf.int32), "alpha": tf.make_tensor_proto(0.6)}
+    code, details = grpc_error(server, grpc_request({**inputs, **scalar}, "translate_ids"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "--max-source-length" in details
+    inputs["source_ids"] = tf.make_tensor_proto([[5, -3, 2]], tf.int32)
+    code, details = grpc_error(server, grpc_request({**inputs, **scalar}, "translate_ids"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "holds -3" in details
+
+
+def test_grpc_version_zero_and_unassigned_labels_are_not_found(server):
+    text = {"text": tf.make_tensor_proto(["A dog."])}
+    assert grpc_error(server, grpc_request(text, version=0))[0] == grpc.StatusCode.NOT_FOUND
+    labelled = grpc_request(text, version_label="stable")
+    assert grpc_error(server, labelled)[0] == grpc.StatusCode.NOT_FOUND
+    assert grpc_stub(server).Predict(grpc_request(text, version=1), timeout=60).outputs
+
+
+def test_grpc_output_filter_is_honoured(server):
+    request = grpc_request({"text": tf.make_tensor_proto(["A dog."])})
+    request.output_filter.append("scores")
+    assert set(grpc_stub(server).Predict(request, timeout=60).outputs) == {"scores"}
+    request.output_filter.append("nope")
+    code, details = grpc_error(server, request)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "nope" in details
+
+
+def test_grpc_model_status_reports_the_version_state(server):
+    stub = model_service_pb2_grpc.ModelServiceStub(
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    )
+    request = get_model_status_pb2.GetModelStatusRequest()
+    request.model_spec.name = NAME
+    (status,) = stub.GetModelStatus(request, timeout=60).model_version_status
+    assert status.version == 1
+    assert status.state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
+
+
+def test_a_second_server_on_the_grpc_port_fails_clearly(model, server):
+    with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{server.grpc_port}"):
+        ModelServer(model, rest_port=0, grpc_port=server.grpc_port)
+
+
+def test_a_chunked_body_is_read_as_one_request(server):
+    body = json.dumps({"instances": ["A dog runs."]}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:7], body[7:]))
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
+        connection.sendall(
+            f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            + chunks
+            + b"0\r\n\r\n"
+            + f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+        )
+        replies = connection.makefile("rb").read()
+    assert replies.count(b"HTTP/1.1 200") == 2 and b"predictions" in replies
+    assert b"model_version_status" in replies
+
+
+def test_a_stalled_connection_is_closed_and_the_server_keeps_serving(server):
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
+        connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 10\r\n\r\n{{".encode())
+        assert connection.recv(1024) == b""  # closed by the server after its socket timeout
+    assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+def test_metrics_count_requests_by_status(server):
+    http(server, PREDICT, {"instances": ["A dog."]})
+    http(server, PREDICT, {"instances": ["a"] * 9})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.rest_port}/monitoring/prometheus/metrics"
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        text = reply.read().decode()
+    assert 'keras_transformer_serving_requests_total{api="rest",status="OK"}' in text
+    assert 'keras_transformer_serving_requests_total{api="rest",status="INVALID_ARGUMENT"}' in text
+    assert "keras_transformer_serving_queue_depth" in text
+
+
+def test_drain_answers_the_requests_in_flight_then_stops(model):
+    # Batches wait up to 100 s for company: the requests are surely queued when the drain comes.
+    server = started(model, batching=BatchingParameters(True, 64, batch_timeout_micros=10**8))
+    registry = server.metrics.registry
+    with ThreadPoolExecutor(3) as pool:
+        replies = [pool.submit(http, server, PREDICT, {"instances": [s]}) for s in SENTENCES[:3]]
+        wait_until(lambda: registry.get_sample_value("keras_transformer_serving_queue_depth") == 3)
+        server.drain(timeout=120)
+        assert [r.result()[0] for r in replies] == [200, 200, 200]
+    with pytest.raises(urllib.error.URLError):
+        http(server, f"/v1/models/{NAME}")

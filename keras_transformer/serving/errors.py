@@ -1,0 +1,48 @@
+"""Why a request is not served, as one error that maps to both an HTTP status and a gRPC code.
+
+The pairs are TensorFlow Serving's, except that a full queue answers 503 over REST (a client's
+retry policy treats it as "try again", as it does gRPC's RESOURCE_EXHAUSTED).
+"""
+
+from http import HTTPStatus
+
+import grpc
+
+
+class ServingError(Exception):
+    """A request that cannot be served: `status` over REST, `code` over gRPC."""
+
+    def __init__(self, status: HTTPStatus, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def bad_request(message) -> ServingError:
+    return ServingError(HTTPStatus.BAD_REQUEST, grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def not_found(message) -> ServingError:
+    return ServingError(HTTPStatus.NOT_FOUND, grpc.StatusCode.NOT_FOUND, message)
+
+
+def unavailable(message) -> ServingError:
+    return ServingError(HTTPStatus.SERVICE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE, message)
+
+
+def queue_full(message) -> ServingError:
+    return ServingError(HTTPStatus.SERVICE_UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def deadline_exceeded(message) -> ServingError:
+    return ServingError(HTTPStatus.GATEWAY_TIMEOUT, grpc.StatusCode.DEADLINE_EXCEEDED, message)
+
+
+def cancelled(message) -> ServingError:
+    return ServingError(HTTPStatus.GATEWAY_TIMEOUT, grpc.StatusCode.CANCELLED, message)
+
+
+def too_large(message) -> ServingError:
+    return ServingError(
+        HTTPStatus.REQUEST_ENTITY_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, message
+    )

@@ -1,0 +1,269 @@
+"""TensorFlow Serving's REST API over a `ModelServer`'s dispatch.
+
+- `GET /v1/models/NAME[/versions/V]`: each version's state (LOADING, AVAILABLE, UNLOADING, END);
+- `GET .../metadata`: the SignatureDefMap;
+- `POST .../NAME[/versions/V]:predict`: the row format (`"instances"` → `"predictions"`) or the
+  columnar format (`"inputs"` → `"outputs"`) and `"signature_name"`; strings may be given as
+  `{"b64": ...}`;
+- `GET /monitoring/prometheus/metrics`: the Prometheus metrics.
+
+A version label (`/labels/L`) is never assigned here, so it is not found. Errors are
+`{"error": "..."}` with the status of `errors.ServingError`. Bodies are read by Content-Length or
+chunked transfer encoding, up to a size limit; a client that stalls mid-request is dropped after
+the socket timeout.
+"""
+
+import base64
+import binascii
+import json
+import logging
+import re
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+from google.protobuf import json_format
+
+from keras_transformer.serving.errors import ServingError, bad_request, not_found, too_large
+from keras_transformer.serving.metrics import METRICS_PATH
+
+logger = logging.getLogger(__name__)
+
+ROUTE = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>[0-9]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<verb>:predict|/metadata)?$"
+)
+
+
+def _from_json(value):
+    """JSON values → Python values TensorFlow takes; `{"b64": ...}` → bytes."""
+    if isinstance(value, dict):
+        if set(value) == {"b64"}:
+            try:
+                # Line-wrapped base64 (the `base64` tool's, MIME's) is still base64.
+                return base64.b64decode("".join(value["b64"].split()), validate=True)
+            except (AttributeError, binascii.Error, TypeError, ValueError) as error:
+                raise bad_request(f"invalid base64 {value['b64']!r}: {error}") from None
+        raise bad_request(f"unexpected object {value!r} in a tensor value")
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def _to_json(value):
+    if isinstance(value, np.ndarray):
+        return [_to_json(v) for v in value] if value.ndim else _to_json(value.item())
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def predict_inputs(body, names) -> tuple:
+    """(row format?, {input: value}) of a `:predict` body, for a signature's input `names`."""
+    if not isinstance(body, dict) or ("instances" in body) == ("inputs" in body):
+        raise bad_request('the request must have exactly one of "instances" or "inputs"')
+    if "instances" in body:
+        instances = body["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise bad_request('"instances" must be a non-empty list')
+        if all(isinstance(i, dict) and set(i) != {"b64"} for i in instances):
+            if any(set(i) != set(names) for i in instances):
+                raise bad_request(f"every instance must have exactly the inputs {names}")
+            return True, {k: [_from_json(i[k]) for i in instances] for k in names}
+        if len(names) == 1:
+            return True, {names[0]: _from_json(instances)}
+        raise bad_request(f"each instance must be an object with the inputs {names}")
+    columns = body["inputs"]
+    if isinstance(columns, dict):
+        return False, {k: _from_json(v) for k, v in columns.items()}
+    if len(names) == 1:
+        return False, {names[0]: _from_json(columns)}
+    raise bad_request(f'"inputs" must be an object with the inputs {names}')
+
+
+def predict_reply(rows: bool, outputs: dict) -> dict:
+    if not rows:
+        if len(outputs) == 1:
+            return {"outputs": _to_json(next(iter(outputs.values())))}
+        return {"outputs": {k: _to_json(v) for k, v in outputs.items()}}
+    if len(outputs) == 1:
+        return {"predictions": _to_json(next(iter(outputs.values())))}
+    count = len(next(iter(outputs.values())))
+    return {"predictions": [{k: _to_json(v[i]) for k, v in outputs.items()} for i in range(count)]}
+
+
+def status_reply(servables) -> dict:
+    return {
+        "model_version_status": [
+            {
+                "version": str(s.version),
+                "state": s.state,
+                "status": {
+                    "error_code": "UNKNOWN" if s.error else "OK",
+                    "error_message": s.error,
+                },
+            }
+            for s in servables
+        ]
+    }
+
+
+def metadata_reply(servable) -> dict:
+    return {
+        "model_spec": {
+            "name": servable.name,
+            "signature_name": "",
+            "version": str(servable.version),
+        },
+        "metadata": {
+            "signature_def": json_format.MessageToDict(
+                servable.signature_def_map, preserving_proto_field_name=True
+            )
+        },
+    }
+
+
+def _version(match):
+    return None if match["version"] is None else int(match["version"])
+
+
+def handler_class(server):
+    """The request handler of `server` (a `ModelServer`) for `http.server`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = server.socket_timeout_s  # a stalled client frees its thread
+
+        def log_message(self, format, *args):  # route the access log to logging
+            logger.debug("%s %s", self.address_string(), format % args)
+
+        def _reply(self, status, data: bytes, content_type="application/json"):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _route(self, method):
+            path = self.path.split("?")[0]
+            if method == "GET" and path == METRICS_PATH:
+                return server.metrics.exposition(), "text/plain; version=0.0.4"
+            match = ROUTE.match(path)
+            if not match:
+                raise not_found(f"Malformed request: {method} {self.path}")
+            verb = match["verb"]
+            if method == "GET" and verb is None:
+                reply = server.status(match["name"], _version(match), match["label"])
+            elif method == "GET" and verb == "/metadata":
+                reply = server.metadata(match["name"], _version(match), match["label"])
+            elif method == "POST" and verb == ":predict":
+                reply = self._predict(match)
+            else:
+                raise not_found(f"Malformed request: {method} {self.path}")
+            return json.dumps(reply).encode("utf-8"), "application/json"
+
+        def _predict(self, match):
+            body = self._json_body()
+            signature_name = body.get("signature_name") if isinstance(body, dict) else None
+            rows = []
+
+            def arrays(servable, signature):
+                names = sorted(servable.input_specs(signature))
+                row_format, inputs = predict_inputs(body, names)
+                rows.append(row_format)
+                return servable.arrays(signature, inputs, server.limits)
+
+            outputs = server.predict(
+                "rest",
+                match["name"],
+                _version(match),
+                match["label"],
+                signature_name,
+                arrays,
+                deadline=server.rest_deadline(),
+            )
+            return predict_reply(rows[0], outputs)
+
+        def _body(self) -> bytes:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                return self._chunked_body()
+            header = self.headers.get("Content-Length", "0")
+            if not (header.isascii() and header.isdigit()):  # read(-1) waits for the client
+                self.close_connection = True
+                raise bad_request(f"Content-Length {header!r} is not a byte count")
+            length = int(header)
+            self._check_size(length)
+            return self.rfile.read(length)
+
+        def _check_size(self, length):
+            if length > server.max_body_bytes:
+                self.close_connection = True  # the unread body must not be taken as a request
+                raise too_large(
+                    f"request body of {length} bytes exceeds the limit of {server.max_body_bytes}"
+                )
+
+        def _chunked_body(self) -> bytes:
+            """A body sent in chunks (RFC 9112 §7.1): size lines, data, an empty last chunk."""
+            body = bytearray()
+            while True:
+                line = self.rfile.readline(1024).split(b";")[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    self.close_connection = True
+                    raise bad_request(f"chunk size {line[:40]!r} is not hexadecimal") from None
+                if size == 0:
+                    break
+                self._check_size(len(body) + size)
+                body += self.rfile.read(size)
+                self.rfile.readline(16)  # the CRLF after the chunk's data
+            while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):  # trailer fields
+                pass
+            return bytes(body)
+
+        def _json_body(self):
+            data = self._body()
+            try:
+                return json.loads(data or b"null")
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise bad_request(f"JSON Parse error: {error}") from None
+            except RecursionError:
+                raise bad_request("JSON Parse error: nested too deeply") from None
+
+        def _serve(self, method):
+            try:
+                data, content_type = self._route(method)
+                self._reply(HTTPStatus.OK, data, content_type)
+            except ServingError as error:
+                self._reply(error.status, json.dumps({"error": str(error)}).encode("utf-8"))
+            except TimeoutError:  # the client stalled mid-body: drop the connection
+                self.close_connection = True
+            except RecursionError:
+                self._reply(HTTPStatus.BAD_REQUEST, b'{"error": "input nested too deeply"}')
+            except Exception as error:  # never let one request take the server down
+                logger.exception("request failed")
+                message = json.dumps({"error": str(error)}).encode("utf-8")
+                self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, message)
+
+        def do_GET(self):
+            self._serve("GET")
+
+        def do_POST(self):
+            self._serve("POST")
+
+    return Handler
+
+
+class QueueingHTTPServer(ThreadingHTTPServer):
+    """A thread a connection; connections wait in the backlog rather than being refused."""
+
+    daemon_threads = True
+    request_queue_size = 256
