@@ -18,11 +18,11 @@ import tensorflow as tf
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model import Transformer
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.training import callbacks as run_callbacks
 from keras_transformer.training.data import training_data
 from keras_transformer.training.distribution import create_strategy, is_multi_worker, worker_name
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.training.optimizer import create_optimizer
 
 logger = logging.getLogger(__name__)
