@@ -22,7 +22,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
-from keras_transformer.training.losses import token_cross_entropy
+from keras_transformer.objectives.losses import token_cross_entropy
 from pipelines.corpus import read_parallel_corpus
 from pipelines.datasets import corpus_files
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID

@@ -27,7 +27,7 @@ from decoding import measure
 from workload import common, machine_description, matmul_ceiling_gflops, workload_config
 
 from keras_transformer import Transformer
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.trainer import PRECISIONS
 
 

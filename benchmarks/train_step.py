@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from keras_transformer import Transformer, TransformerConfig, runtime
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import create_optimizer
 from keras_transformer.training.trainer import compile_model
 

@@ -12,15 +12,16 @@ holds the contract):
 
     cli             the `keras-transformer` command: parses and calls
     serving         SavedModel and TFLite export, the TF-Serving-compatible server
-    training        `model.fit` under a tf.distribute strategy (§5), callbacks, averaging
+    training        `model.fit` under a tf.distribute strategy or on JAX (§5), callbacks, averaging
     analysis        BLEU / F1 scoring, learning curves, attention plots, Table 3, parameters
     decoding        greedy and beam search on the cache (§6.1), ensembles, `Translator`
     parsing         constituency parsing (§6.3): tree scoring, EVALB, the PCFG baseline
     run_directory   every file of a training run
     model           the `Transformer` (§3)
+    objectives      the loss (§5.4), token metrics, the schedule of Eq. 3 (§5.3)
     layers          one Keras layer per concept of §3
     config          `TransformerConfig` and its presets
-    runtime         TensorFlow/XLA process settings, applied by the CLI
+    runtime         Keras's backend, TensorFlow/XLA process settings, applied by the CLI
 
 Importing the package has no side effects and loads no framework: the names below are imported
 on first use.
@@ -35,11 +36,11 @@ _PUBLIC = {
     "ConfigError": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
     "Transformer": "keras_transformer.model",
-    "TransformerSchedule": "keras_transformer.training.optimizer",
+    "TransformerSchedule": "keras_transformer.objectives.schedule",
     "create_optimizer": "keras_transformer.training.optimizer",
-    "LabelSmoothedCrossEntropy": "keras_transformer.training.losses",
-    "MaskedAccuracy": "keras_transformer.training.metrics",
-    "Perplexity": "keras_transformer.training.metrics",
+    "LabelSmoothedCrossEntropy": "keras_transformer.objectives.losses",
+    "MaskedAccuracy": "keras_transformer.objectives.metrics",
+    "Perplexity": "keras_transformer.objectives.metrics",
     "Translator": "keras_transformer.decoding.translator",
     "load_run": "keras_transformer.decoding.translator",
     "export_saved_model": "keras_transformer.serving.saved_model",

@@ -663,6 +663,12 @@ def _add_train(commands):
     )
     train.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument(
+        "--backend",
+        choices=runtime.BACKENDS,
+        help="Keras's backend (default: $KERAS_BACKEND, else tensorflow); jax trains the same "
+        "model on JAX, fed by the same tf.data pipeline, and writes the same checkpoints",
+    )
+    train.add_argument(
         "--log-every", type=int, default=50, help="steps between metrics.jsonl lines"
     )
     train.add_argument(
@@ -821,6 +827,11 @@ def _quiet_tensorflow_info():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        # Only `train` runs on JAX; decoding, export and serving are TensorFlow's.
+        runtime.select_backend(getattr(args, "backend", "tensorflow"))
+    except (ValueError, RuntimeError) as error:
+        raise SystemExit(f"keras-transformer {args.command}: error: {error}") from None
     runtime.configure(quiet=not args.verbose)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:

@@ -12,12 +12,17 @@ import.
   (`--xla_cpu_prefer_vector_width=512`) for its fusions (dropout masks, layer normalization,
   softmax, the loss); where the CPU has no 512-bit vectors it changes nothing. XLA reads
   `XLA_FLAGS` at the first compilation of a process.
+- `select_backend`: Keras's backend (`KERAS_BACKEND`), which Keras reads once, when it is
+  imported: TensorFlow, or JAX for `train --backend jax`.
+- `leave_gpus_to_jax`: with JAX as Keras's backend TensorFlow runs the input pipeline only, and is
+  kept off the GPUs, whose memory JAX's allocator takes.
 - `quiet_start_up`: TensorFlow's C++ start-up notes (the oneDNN notice, "could not find cuda
   drivers", "failed call to cuInit" on a machine without a GPU) kept from the terminal; they are
   written by absl's C++ logger straight to file descriptor 2, past `TF_CPP_MIN_LOG_LEVEL`.
 
-`configure` applies all of them. A value the user already set in the environment is kept; the
-measurements behind the defaults are in docs/RESULTS.md.
+`configure` applies all of them but the backend, which the CLI selects first. A value the user
+already set in the environment is kept; the measurements behind the defaults are in
+docs/RESULTS.md.
 """
 
 import contextlib
@@ -28,6 +33,8 @@ import tempfile
 import warnings
 
 BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+BACKEND_VARIABLE = "KERAS_BACKEND"
+BACKENDS = ("tensorflow", "jax")
 VECTOR_WIDTH_FLAG = "--xla_cpu_prefer_vector_width"
 
 TOO_LATE = (
@@ -57,6 +64,27 @@ def configure(quiet: bool = True) -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()  # where the GPU probe logs its failure
+    if os.environ.get(BACKEND_VARIABLE) == "jax":
+        leave_gpus_to_jax()
+
+
+def select_backend(name: str | None = None) -> str:
+    """Sets `KERAS_BACKEND` to `name`, or keeps the environment's (TensorFlow when unset), and
+    returns it; an error once Keras has been imported on another backend."""
+    name = name or os.environ.get(BACKEND_VARIABLE, "tensorflow")
+    if name not in BACKENDS:
+        raise ValueError(f"{BACKEND_VARIABLE}={name!r}: the backends are {', '.join(BACKENDS)}")
+    if "keras" in sys.modules and sys.modules["keras"].backend.backend() != name:
+        raise RuntimeError(f"Keras was imported on another backend before selecting {name!r}")
+    os.environ[BACKEND_VARIABLE] = name
+    return name
+
+
+def leave_gpus_to_jax() -> None:
+    """Hides the GPUs from TensorFlow, before it creates its devices."""
+    import tensorflow as tf
+
+    tf.config.set_visible_devices([], "GPU")
 
 
 def reuse_freed_memory() -> None:

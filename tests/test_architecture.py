@@ -15,6 +15,7 @@ import grimp
 import pytest
 
 from repo_paths import REPO_ROOT
+from without_tensorflow import python_path
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,31 @@ def test_the_public_api_resolves_lazily():
         assert getattr(keras_transformer, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         keras_transformer.nothing  # noqa: B018
+
+
+# The backend-neutral packages (pyproject's third contract), imported on JAX where importing
+# TensorFlow fails, as in an environment without it.
+WITHOUT_TENSORFLOW = """
+import importlib, pkgutil, sys
+from without_tensorflow import refuse_tensorflow
+
+refuse_tensorflow()
+for package in ("config", "layers", "model", "objectives"):
+    module = importlib.import_module(f"keras_transformer.{package}")
+    for info in pkgutil.walk_packages(getattr(module, "__path__", []), module.__name__ + "."):
+        importlib.import_module(info.name)
+import keras
+print(keras.backend.backend(), "tensorflow" in sys.modules)
+"""
+
+
+def test_the_model_core_imports_on_jax_without_tensorflow():
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TENSORFLOW],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=python_path()),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["jax", "False"]

@@ -19,6 +19,7 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embeddings import SharedEmbedding
 from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.masks import (
+    PAD_ID,
     decoder_self_attention_mask,
     key_padding_attention_mask,
     padding_mask,
@@ -195,6 +196,34 @@ class Transformer(keras.Model):
             x, layer_cache = layer.decode_step(x, step, layer_cache, cross_mask)
             new_cache.append(layer_cache)
         return self._logits(x)[:, 0, :], tuple(new_cache)
+
+    def greedy_ids(self, source_ids, start_ids, length):
+        """Cached greedy decoding in `keras.ops`, on any backend: `length` positions after
+        `start_ids` (int `[batch]`, BOS), each the most probable token given those before it.
+
+        One `ops.fori_loop` over `decode_step`, every sentence for all `length` positions: the
+        decoding step as `benchmarks/gpu.py` times it and the tests check it against the full
+        pass. PAD is never chosen: fed back, it would be masked by the full pass but not by the
+        cache. `keras_transformer.decoding` holds the searches that stop at EOS and score.
+
+        Returns:
+            int32 `[batch, length]`.
+        """
+        encoder_output, source_mask = self.encode(source_ids)
+        cache = self.init_cache(encoder_output, length)
+        batch_size = ops.shape(source_ids)[0]
+        ids = ops.zeros((batch_size, length + 1), "int32")
+        ids = ops.slice_update(ids, [0, 0], ops.expand_dims(ops.cast(start_ids, "int32"), 1))
+        never_pad = ops.where(ops.arange(self.config.output_vocab_size) == PAD_ID, -1e9, 0.0)
+
+        def step_fn(step, state):
+            ids, cache = state
+            logits, cache = self.decode_step(ops.take(ids, step, axis=1), step, cache, source_mask)
+            tokens = ops.cast(ops.argmax(logits + never_pad, axis=-1), "int32")
+            return ops.slice_update(ids, [0, step + 1], ops.expand_dims(tokens, 1)), cache
+
+        ids, _ = ops.fori_loop(0, length, step_fn, (ids, cache))
+        return ids[:, 1:]
 
     # -- serialization -------------------------------------------------------------------------
 

@@ -96,9 +96,9 @@ class TraceCounter(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._train_step = train_step = self.model.train_step
 
-        def counted_train_step(data):
+        def counted_train_step(*args):  # (data), or (state, data) on JAX
             self.traces += 1  # Python code in a traced function runs once per trace
-            return train_step(data)
+            return train_step(*args)
 
         self.model.train_step = counted_train_step
         # fit made its train function from the unwrapped step already; nothing is traced yet.

@@ -5,16 +5,31 @@ several workers, otherwise `MirroredStrategy` over every visible GPU, or over th
 `num_devices` logical CPU devices (how the tests run "8 replicas" on a CPU); on one CPU
 device it is TensorFlow's default strategy. In a cluster, `worker_name` tells the chief, which
 writes the run's files, from the other workers.
+
+With JAX as Keras's backend, `jax_data_parallel` splits each global batch over the devices with
+`keras.distribution.DataParallel`: one program over all of them, whose loss is the global
+batch's (no per-replica sums); tf.data then only feeds it, on TensorFlow's default strategy.
 """
 
 import json
 import os
 
+import keras
 import tensorflow as tf
+
+from keras_transformer.config import ConfigError
+from pipelines.tokenizer import PAD_ID
+
+# XLA's count of host (CPU) devices, which JAX reads when it starts.
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
 def configure_logical_cpus(count: int):
-    """Splits the CPU into `count` logical devices; must run before TensorFlow initialises."""
+    """Splits the CPU into `count` logical devices of Keras's backend; must run before the
+    backend initialises."""
+    if keras.backend.backend() == "jax":
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {HOST_DEVICES_FLAG}={count}"
+        return
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
@@ -70,3 +85,31 @@ def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:
         [cpu.name for cpu in cpus[:count]],
         cross_device_ops=tf.distribute.ReductionToOneDevice(),
     )
+
+
+def jax_data_parallel(num_devices: int | None = None) -> int:
+    """On JAX: `keras.distribution.DataParallel` over the first `num_devices` devices (every
+    GPU by default) as the distribution of the models built after it; returns the device count.
+    One device needs no distribution."""
+    devices = keras.distribution.list_devices()
+    count = num_devices or len(devices)
+    if count > len(devices):
+        raise ConfigError(f"--devices {count} asks for more devices than JAX's {len(devices)}")
+    if count > 1:
+        keras.distribution.set_distribution(
+            keras.distribution.DataParallel(devices=devices[:count])
+        )
+    return count
+
+
+def rows_divisible_by(count: int):
+    """A `tf.data` transform that pads each batch with all-PAD rows to a multiple of `count`
+    rows, so that `DataParallel` splits it evenly; PAD rows carry no loss and no metric."""
+
+    def pad_rows(inputs, target_out):
+        source, target_in = inputs
+        missing = [[0, -tf.shape(source)[0] % count], [0, 0]]
+        pad = lambda t: tf.pad(t, missing, constant_values=PAD_ID)  # noqa: E731
+        return (pad(source), pad(target_in)), pad(target_out)
+
+    return lambda dataset: dataset.map(pad_rows)

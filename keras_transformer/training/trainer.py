@@ -3,6 +3,12 @@
 The run directory's files and the rules of a resume are `keras_transformer.run_directory`'s.
 Rerunning the same command resumes from its `backup/`: weights, optimizer slots and the step
 counter (hence the learning-rate schedule) are restored and the interrupted epoch restarts.
+
+On JAX (`train --backend jax`) the same pipeline feeds `model.fit`, whose step JAX compiles
+(hence fitted length buckets, as under `--jit-compile`), over `keras.distribution.DataParallel`
+where there are several devices; the checkpoints and backups are the same files. TensorFlow's
+searches cannot run a JAX model, so validation BLEU is left to `evaluate` on the checkpoints,
+and accumulation and clusters (`TF_CONFIG`) stay TensorFlow's.
 """
 
 from __future__ import annotations
@@ -18,11 +24,17 @@ import tensorflow as tf
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model import Transformer
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.metrics import MaskedAccuracy, Perplexity, TargetTokens
 from keras_transformer.training import callbacks as run_callbacks
 from keras_transformer.training.data import training_data
-from keras_transformer.training.distribution import create_strategy, is_multi_worker, worker_name
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.metrics import MaskedAccuracy, Perplexity, TargetTokens
+from keras_transformer.training.distribution import (
+    create_strategy,
+    is_multi_worker,
+    jax_data_parallel,
+    rows_divisible_by,
+    worker_name,
+)
 from keras_transformer.training.optimizer import create_optimizer
 
 logger = logging.getLogger(__name__)
@@ -346,12 +358,15 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "--max-minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
             "would stop each worker at its own step; bound the run with --max-steps"
         )
-    run = own_run(run)
+    on_jax = keras.backend.backend() == "jax"
+    run = for_jax(run) if on_jax else own_run(run)
     if run.subwords:
         run_directory.check_subwords(run)
     run_directory.prepare(run, config)
     configure_numerics(run)
-    strategy = create_strategy(run.devices)
+    # On JAX, tf.data runs on TensorFlow's default strategy and the batch is split by Keras.
+    strategy = tf.distribute.get_strategy() if on_jax else create_strategy(run.devices)
+    jax_devices = jax_data_parallel(run.devices) if on_jax else 1
     replicas = strategy.num_replicas_in_sync
     if run.accumulate > 1 and replicas > 1:
         raise ConfigError(
@@ -383,7 +398,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     boundaries = length_buckets(config, run, kept_lengths)
 
     def dataset(split, context=None, repeat=False):
-        return data.batches(split, context, repeat, boundaries, pad_batches=run.jit_compile)
+        batches = data.batches(split, context, repeat, boundaries, pad_batches=run.jit_compile)
+        return batches.apply(rows_divisible_by(jax_devices)) if jax_devices > 1 else batches
 
     # An epoch of the full batches that carry one pass, counted up front from the pairs'
     # lengths: with per-replica datasets Keras must not probe for the end of the data (see
@@ -431,10 +447,11 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         run_directory.save_weights_atomically(model, final)
         return final
     logger.info(
-        "training %s on %d replica(s), %d micro-batch(es) an update, %d updates an epoch, "
+        "training %s on %s, %d replica(s), %d micro-batch(es) an update, %d updates an epoch, "
         "run directory %s",
         config,
-        replicas,
+        keras.backend.backend(),
+        replicas * jax_devices,
         run.accumulate,
         epoch_steps // run.accumulate,
         run.output,
@@ -454,6 +471,24 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     )
     run_directory.save_weights_atomically(model, final)
     return final
+
+
+def for_jax(run: TrainingRun) -> TrainingRun:
+    """The run as JAX trains it: compiled (JAX compiles every step), without validation BLEU
+    (TensorFlow's search); TensorFlow's accumulation and clusters are refused."""
+    if run.accumulate > 1:
+        raise ConfigError(
+            f"--accumulate {run.accumulate} on JAX: the loss hands each micro-batch's token count "
+            "to the update within TensorFlow's training step only; use --backend tensorflow"
+        )
+    if is_multi_worker():
+        raise ConfigError("TF_CONFIG describes a cluster, which only --backend tensorflow trains")
+    if run.bleu_every:
+        logger.warning(
+            "on JAX, no validation BLEU while training (--bleu-every): the search is "
+            "TensorFlow's; score the checkpoints with `keras-transformer evaluate`"
+        )
+    return dataclasses.replace(run, jit_compile=True, bleu_every=None)
 
 
 def length_buckets(config, run, kept_lengths) -> list[int] | None:

@@ -51,7 +51,7 @@ def test_epoch_logs_keep_the_training_token_count_through_validation():
     import keras
     import numpy as np
 
-    from keras_transformer.training.metrics import TargetTokens
+    from keras_transformer.objectives.metrics import TargetTokens
 
     ids = np.ones((8, 3), "int32")
     targets = ids.copy()

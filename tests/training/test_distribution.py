@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.distribution import create_strategy
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 
 REPLICAS = 8
 PER_REPLICA = 2

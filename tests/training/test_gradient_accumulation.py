@@ -11,12 +11,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.schedule import TransformerSchedule
 from keras_transformer.training.distribution import create_strategy
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import (
     TokenWeightedAccumulation,
     TokenWeightedAdam,
-    TransformerSchedule,
     create_optimizer,
 )
 

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from keras_transformer import TransformerConfig
-from keras_transformer.training.optimizer import TransformerSchedule, create_optimizer
+from keras_transformer.objectives.schedule import TransformerSchedule
+from keras_transformer.training.optimizer import create_optimizer
 
 
 def eq3(step_num, d_model=512, warmup_steps=4000):

@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.masks import PAD_ID
-from keras_transformer.training.losses import reference_logits, token_cross_entropy
+from keras_transformer.objectives.losses import reference_logits, token_cross_entropy
 
 
 class _TokenMetric(keras.metrics.Metric):

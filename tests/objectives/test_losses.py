@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.metrics import MaskedAccuracy, Perplexity
+from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
+from keras_transformer.objectives.metrics import MaskedAccuracy, Perplexity
 
 
 def numpy_smoothed_loss(targets, logits, epsilon):
