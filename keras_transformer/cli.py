@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -686,9 +687,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors():
     """Errors in what the user gave (options, data, checkpoints): their message says it all."""
     from keras_transformer import run_directory
-    from pipelines.corpus import CorpusError
+    from pipelines.corpus import CorpusError, WriteError
 
-    return ConfigError, CorpusError, run_directory.CheckpointError
+    return (
+        ConfigError,
+        CorpusError,
+        run_directory.CheckpointError,
+        run_directory.DivergenceError,
+        WriteError,
+    )
 
 
 def _quiet_tensorflow_info():
@@ -705,6 +712,9 @@ def _quiet_tensorflow_info():
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     runtime.configure(quiet=not args.verbose)
+    # Past a file-size limit, a write fails (EFBIG: a WriteError naming the file) rather than
+    # the process being killed.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:
         _quiet_tensorflow_info()
