@@ -182,11 +182,9 @@ def trainer_lock(run_dir):
     path = Path(run_dir) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with hold_lock(path, blocking=False) as file:
-            file.seek(0)
-            file.truncate()
-            file.write(f"process {os.getpid()} on host {socket.gethostname()}\n")
-            file.flush()
+        with hold_lock(path, blocking=False) as descriptor:
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"process {os.getpid()} on host {socket.gethostname()}\n".encode())
             yield
     except BlockingIOError:
         holder = path.read_text(encoding="utf-8").strip() or "another process"

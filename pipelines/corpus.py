@@ -90,14 +90,19 @@ def sync_to_disk(path) -> None:
 
 @contextlib.contextmanager
 def hold_lock(path, blocking=True):
-    """An advisory lock (`fcntl.flock`) on `path`, created if need be, held while the block runs;
-    yields the open file (read and write). The system releases it when the process ends, however
-    it ends. Not `blocking`: raises `BlockingIOError` at once while another process holds it."""
+    """An advisory lock (`fcntl.flock`) on `path`, a directory or a file (created if need be),
+    held while the block runs; yields its descriptor (a file's opened to read and write). The
+    system releases it when the process ends, however it ends. Not `blocking`: raises
+    `BlockingIOError` at once while another process holds it."""
     import fcntl
 
-    with open(path, "a+", encoding="utf-8") as file:
-        fcntl.flock(file, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        yield file
+    flags = os.O_RDONLY if Path(path).is_dir() else os.O_RDWR | os.O_CREAT
+    descriptor = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        yield descriptor
+    finally:
+        os.close(descriptor)
 
 
 def iter_lines(path):

@@ -6,7 +6,7 @@ The directory layout is the one TensorFlow Serving loads, one integer version pe
 
 A new export takes the next version number, and is written to a hidden directory first, flushed
 to the disk and renamed into place, so a server watching `<base>` never sees half a model.
-Exports to one base take turns (a lock file, `<base>/.export.lock`), so that concurrent ones get
+Exports to one base take turns (an advisory lock on `<base>`), so that concurrent ones get
 versions of their own; one that cannot write (a full disk) leaves no version and says why.
 
 Signatures (everything in the graph: tokenization, beam search with its cache, detokenization):
@@ -232,7 +232,7 @@ def export_saved_model(
     """
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
-    with hold_lock(base / EXPORT_LOCK):
+    with hold_lock(base):
         version = (versions(base) or [0])[-1] + 1
         final, staging = base / str(version), base / f".{version}.partial"
         shutil.rmtree(staging, ignore_errors=True)  # a killed export's
@@ -247,10 +247,6 @@ def export_saved_model(
         sync_to_disk(base)
     logger.info("exported version %d to %s", version, final)
     return final
-
-
-# Held while an export chooses its version and writes it.
-EXPORT_LOCK = ".export.lock"
 
 
 def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes):
