@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -809,9 +810,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors():
     """Errors in what the user gave (options, data, checkpoints): their message says it all."""
     from keras_transformer import run_directory
-    from pipelines.corpus import CorpusError
+    from pipelines.corpus import CorpusError, WriteError
 
-    return ConfigError, CorpusError, run_directory.CheckpointError
+    return (
+        ConfigError,
+        CorpusError,
+        run_directory.CheckpointError,
+        run_directory.DivergenceError,
+        WriteError,
+    )
 
 
 def _quiet_tensorflow_info():
@@ -833,6 +840,9 @@ def main(argv=None) -> int:
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"keras-transformer {args.command}: error: {error}") from None
     runtime.configure(quiet=not args.verbose)
+    # Past a file-size limit, a write fails (EFBIG: a WriteError naming the file) rather than
+    # the process being killed.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:
         _quiet_tensorflow_info()

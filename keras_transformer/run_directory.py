@@ -13,25 +13,32 @@
     averaged-lastN.weights.h5   `average`'s checkpoint averages
     eval/<weights>/      hypotheses and scores of `evaluate`
     workers/<name>/      in a cluster, each non-chief worker's own resumable state
+    train.lock           held by the one process training the run: its PID and host
 
 Rerunning the same command resumes from `backup/`. `prepare` creates the directory or checks
 that a rerun is a resume of the same run; `run_weights` says which weights a run offers;
 `save_weights_atomically` writes every weights file so that a killed process never leaves a
-truncated one.
+truncated one, and never non-finite weights (`DivergenceError`); every file is written through
+`pipelines.corpus.write_atomically`. `trainer_lock` admits one trainer per run directory, and
+`check_same_data_files` refuses a resume on training files other than the run's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import os
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
-from pipelines.corpus import write_atomically
+from pipelines.corpus import hold_lock, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +52,10 @@ METRICS_FILE = "metrics.jsonl"
 FINAL_WEIGHTS = "model.weights.h5"
 EVAL_DIR = "eval"
 WORKERS_DIR = "workers"
+LOCK_FILE = "train.lock"
 # What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
-TRAINED_STATE = (SUBWORDS_FILE, BACKUP_DIR, CHECKPOINTS_DIR, FINAL_WEIGHTS)
+WEIGHTS_STATE = (BACKUP_DIR, CHECKPOINTS_DIR, FINAL_WEIGHTS)
+TRAINED_STATE = (SUBWORDS_FILE, *WEIGHTS_STATE)
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.weights\.h5$")
 
 # Hyperparameters of the batches and the objective, not of the model or of Eq. 3's schedule: a
@@ -60,6 +69,8 @@ CHANGEABLE_ON_RESUME = frozenset(
         "relu_dropout",
         "subword_dropout",
         "label_smoothing",
+        # Eq. 3's constant factor: lowered to resume a run that diverged (`DivergenceError`).
+        "learning_rate_scale",
     }
 )
 # The data a run's vocabulary and weights were trained on, with the flag that names it: a resume
@@ -74,6 +85,17 @@ DATA_FLAGS = {
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing or unreadable; the message names the file."""
+
+
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss, gradient or weight; nothing non-finite was saved."""
+
+
+# How to go on after a `DivergenceError`.
+DIVERGENCE_REMEDY = (
+    "nothing non-finite was saved: rerun to resume from the last backup, adding "
+    "--set learning_rate_scale=<lower> --allow-training-changes for a lower learning rate"
+)
 
 
 # -- configuration and settings -------------------------------------------------------------
@@ -111,11 +133,65 @@ def prepare(run, config: TransformerConfig):
         check_resume_changes(config_path, changed, run.allow_training_changes)
         logger.warning("resuming %s with changed (saved, now): %s", run.output, changed)
         training_changes.append({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **changed})
-    config_path.write_text(config.to_json())
+    write_text_atomically(config_path, config.to_json())
     settings = run.to_dict()
     # A resume without --subwords still holds the adopted vocabulary: keep where it came from.
     settings["subwords"] = settings["subwords"] or saved_run.get("subwords")
-    run_path.write_text(json.dumps({**settings, "training_changes": training_changes}, indent=2))
+    # Checked against the data read now, and then updated, by `check_same_data_files`.
+    data_files = {"data_files": saved_run["data_files"]} if "data_files" in saved_run else {}
+    write_settings(run.output, {**settings, "training_changes": training_changes, **data_files})
+
+
+def write_settings(run_dir, settings: dict):
+    write_text_atomically(Path(run_dir) / SETTINGS_FILE, json.dumps(settings, indent=2))
+
+
+def write_text_atomically(path, text: str):
+    write_atomically(path, lambda partial: partial.write_text(text, encoding="utf-8"))
+
+
+def check_same_data_files(run, data_files: dict):
+    """Records `data_files` (what identifies the training data: its files' or prepared
+    manifest's checksums) in run.json; raises if the run trained on other data, unless
+    `run.allow_training_changes` (then the change is recorded with the others)."""
+    settings = read_settings(run.output)
+    saved = settings.get("data_files")
+    if saved is not None and saved != data_files and has_trained(run.output):
+        if not run.allow_training_changes:
+            raise ConfigError(
+                f"{run.output / SETTINGS_FILE} was trained on other data ({saved}), this rerun "
+                f"reads {data_files}: add --allow-training-changes to go on with the new data, "
+                "or use another --output"
+            )
+        logger.warning("resuming %s on changed data (saved, now): %s", run.output, data_files)
+        change = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data_files": [saved, data_files]}
+        settings["training_changes"] = [*settings.get("training_changes", []), change]
+    write_settings(run.output, {**settings, "data_files": data_files})
+
+
+def has_trained(run_dir) -> bool:
+    """Whether the run holds weights it trained (a backup, checkpoints or final weights)."""
+    return any((Path(run_dir) / name).exists() for name in WEIGHTS_STATE)
+
+
+@contextlib.contextmanager
+def trainer_lock(run_dir):
+    """Holds the run's train.lock while the block trains, or raises a `ConfigError` naming the
+    process (PID and host) that holds it: two trainers of one run would overwrite each other's
+    backups and checkpoints."""
+    path = Path(run_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with hold_lock(path, blocking=False) as descriptor:
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"process {os.getpid()} on host {socket.gethostname()}\n".encode())
+            yield
+    except BlockingIOError:
+        holder = path.read_text(encoding="utf-8").strip() or "another process"
+        raise ConfigError(
+            f"{run_dir} is being trained by {holder} (it holds {path}): one trainer per run "
+            "directory; wait for it to finish or stop it, or use another --output"
+        ) from None
 
 
 def check_same_data(run_path: Path, saved_run: dict, run):
@@ -227,8 +303,42 @@ def save_weights_atomically(model, path) -> None:
     A run killed while HDF5 writes (kill -9, out of memory, a preempted machine) would otherwise
     leave a truncated file that the next resume or average cannot read. The weights go to a
     sibling file first and `os.replace` renames it over `path`, which POSIX makes atomic.
+
+    The file is made in memory, then written: HDF5 writing to a disk that fails (full, past a
+    size limit, an I/O error) leaves the library in a state that crashes the process later,
+    whereas a plain write fails with a `WriteError` naming the file. Non-finite weights are never
+    written (`DivergenceError`): they would replace the last good ones.
     """
-    write_atomically(path, lambda partial: model.save_weights(partial, overwrite=True))
+    check_finite_weights(model, path)
+    data = weights_file_bytes(model)
+    write_atomically(path, lambda partial: partial.write_bytes(data))
+
+
+def weights_file_bytes(model) -> bytes:
+    """The bytes of the .weights.h5 file `model.save_weights` writes (model and optimizer)."""
+    from keras.src.saving import saving_lib  # save_weights' own writer, here to memory
+
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    saving_lib._save_state(
+        model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
+    )
+    store.close()
+    return buffer.getvalue()
+
+
+def check_finite_weights(model, path):
+    """Raises `DivergenceError` if a weight of `model` or of its optimizer is NaN or infinite."""
+    from keras import ops
+
+    optimizer = getattr(model, "optimizer", None)
+    variables = [*model.weights, *(optimizer.variables if optimizer else [])]
+    for variable in variables:
+        if "float" in str(variable.dtype) and not bool(ops.all(ops.isfinite(variable.value))):
+            raise DivergenceError(
+                f"not writing {path}: {variable.path} holds NaN or infinite values; "
+                f"{DIVERGENCE_REMEDY}"
+            )
 
 
 def load_weights_checked(model, path: Path):

@@ -32,7 +32,7 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from pipelines.corpus import read_lines, write_atomically
+from pipelines.corpus import CorpusError, read_lines, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +185,10 @@ def check_sentencepiece_model(path, kind="bpe", lowercase=False):
 
 
 def _training_text(files) -> list[str]:
-    return [line for path in files for line in read_lines(path) if line]
+    lines = [line for path in files for line in read_lines(path) if line]
+    if not lines:  # else SentencePiece fails with a trace of its own
+        raise CorpusError(f"no text to learn a vocabulary from: {', '.join(map(str, files))}")
+    return lines
 
 
 def train_sentencepiece(files, model_path, vocab_size, model_type="bpe", lowercase=False) -> Path:

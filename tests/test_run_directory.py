@@ -1,14 +1,28 @@
-"""A run directory holds one run: a rerun resumes it only on the same data; options and counts
-out of range are refused before anything is written or run."""
+"""A run directory holds one run: a rerun resumes it only on the same data (and files); options
+and counts out of range are refused before anything is written or run; one trainer at a time; a
+failed write replaces nothing."""
 
+import errno
 import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from keras_transformer.cli import build_parser, main
 from keras_transformer.config import ConfigError, TransformerConfig
-from keras_transformer.run_directory import prepare
+from keras_transformer.run_directory import (
+    check_same_data_files,
+    prepare,
+    read_settings,
+    trainer_lock,
+)
 from keras_transformer.training.trainer import TrainingRun
+from pipelines.corpus import WriteError
+from repo_paths import REPO_ROOT
 
 CONFIG = TransformerConfig.preset("tiny")
 
@@ -138,3 +152,102 @@ def test_a_wall_clock_budget_across_workers_is_refused_before_anything_is_writte
     assert "--max-minutes under MultiWorkerMirroredStrategy" in str(stop.value)
     assert "--max-steps" in str(stop.value)
     assert not (tmp_path / "run").exists()
+
+
+# -- faults: changed data, a second trainer, a failed write ----------------------------------
+
+
+def trained_on(tmp_path, data_files, **options):
+    """`check_same_data_files` of a run that has trained (it holds a backup)."""
+    run = make_run(tmp_path, **options)
+    prepare(run, CONFIG)
+    (run.output / "backup").mkdir(exist_ok=True)
+    check_same_data_files(run, data_files)
+    return run
+
+
+def test_a_resume_on_other_training_files_is_refused_unless_allowed(tmp_path):
+    run = trained_on(tmp_path, {"train.en.gz": "aa", "train.de.gz": "bb"})
+    saved = (run.output / "run.json").read_text()
+    trained_on(tmp_path, {"train.en.gz": "aa", "train.de.gz": "bb"})  # the same data: resumes
+
+    with pytest.raises(ConfigError, match=r"run.json was trained on other data.*'bb'.*'cc'"):
+        trained_on(tmp_path, {"train.en.gz": "aa", "train.de.gz": "cc"})
+    assert (run.output / "run.json").read_text() == saved
+
+    trained_on(tmp_path, {"train.en.gz": "aa", "train.de.gz": "cc"}, allow_training_changes=True)
+    settings = read_settings(run.output)
+    assert settings["data_files"] == {"train.en.gz": "aa", "train.de.gz": "cc"}
+    [change] = settings["training_changes"]
+    assert change["data_files"] == [
+        {"train.en.gz": "aa", "train.de.gz": "bb"},
+        {"train.en.gz": "aa", "train.de.gz": "cc"},
+    ]
+
+
+def test_a_lower_learning_rate_is_a_training_change_recorded_on_resume(tmp_path):
+    make_trained(tmp_path)
+    with pytest.raises(ConfigError, match="--allow-training-changes"):
+        prepare(make_run(tmp_path), CONFIG.replace(learning_rate_scale=0.5))
+    prepare(
+        make_run(tmp_path, allow_training_changes=True), CONFIG.replace(learning_rate_scale=0.5)
+    )
+    [change] = read_settings(tmp_path / "run")["training_changes"]
+    assert change["learning_rate_scale"] == [1.0, 0.5]
+
+
+HOLD_THE_LOCK = """
+import sys, time
+from keras_transformer.run_directory import trainer_lock
+with trainer_lock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_trainer_of_a_run_directory_is_refused_naming_the_first(tmp_path):
+    output = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_LOCK, str(output)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+    )
+    try:
+        assert first.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit) as refused:
+            main(["train", "--preset", "tiny", "--output", str(output), "--data-dir", "none"])
+    finally:
+        first.kill()
+        first.wait()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"is being trained by process {first.pid} on host {socket.gethostname()}" in message
+    assert not (output / "config.json").exists()  # refused before anything was written
+    with trainer_lock(output):  # the first one's end released it
+        pass
+
+
+@pytest.mark.parametrize(
+    "number, name", [(errno.ENOSPC, "ENOSPC"), (errno.EFBIG, "EFBIG"), (errno.EIO, "EIO")]
+)
+def test_a_failed_write_is_one_clear_error_and_replaces_nothing(
+    tmp_path, monkeypatch, number, name
+):
+    prepare(make_run(tmp_path, max_steps=3), CONFIG)
+    config_json = tmp_path / "run" / "config.json"
+    before = sorted(p.name for p in config_json.parent.iterdir()), config_json.read_text()
+    write_text = Path.write_text
+
+    def fails_half_way(path, text, *args, **kwargs):
+        write_text(path, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(number, os.strerror(number))
+
+    monkeypatch.setattr(Path, "write_text", fails_half_way)
+    with pytest.raises(WriteError) as failed:
+        prepare(make_run(tmp_path, max_steps=9), CONFIG.replace(d_ff=64))
+    monkeypatch.undo()
+    assert str(failed.value).startswith(f"cannot write {config_json}: {os.strerror(number)}")
+    assert f"({name})" in str(failed.value)
+    assert (sorted(p.name for p in config_json.parent.iterdir()), config_json.read_text()) == before
+    assert TransformerConfig.from_file(config_json) == CONFIG

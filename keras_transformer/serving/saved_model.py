@@ -4,8 +4,10 @@ The directory layout is the one TensorFlow Serving loads, one integer version pe
 
     <base>/<version>/saved_model.pb, variables/, assets/subwords.model
 
-A new export takes the next version number, and is written to a hidden directory first and
-renamed into place, so a server watching `<base>` never sees half a model.
+A new export takes the next version number, and is written to a hidden directory first, flushed
+to the disk and renamed into place, so a server watching `<base>` never sees half a model.
+Exports to one base take turns (an advisory lock on `<base>`), so that concurrent ones get
+versions of their own; one that cannot write (a full disk) leaves no version and says why.
 
 Signatures (everything in the graph: tokenization, beam search with its cache, detokenization):
 
@@ -56,6 +58,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.search import SEARCH, best_hypotheses
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
+from pipelines.corpus import hold_lock, sync_to_disk, write_error
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
@@ -229,16 +232,31 @@ def export_saved_model(
     """
     base = Path(base)
     base.mkdir(parents=True, exist_ok=True)
-    version = (versions(base) or [0])[-1] + 1
-    final, staging = base / str(version), base / f".{version}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
+    with hold_lock(base):
+        version = (versions(base) or [0])[-1] + 1
+        final, staging = base / str(version), base / f".{version}.partial"
+        shutil.rmtree(staging, ignore_errors=True)  # a killed export's
+        try:
+            _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes)
+            for path in [*staging.rglob("*"), staging]:
+                sync_to_disk(path)
+        except (OSError, tf.errors.OpError) as error:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise write_error(staging, error) from error
+        os.rename(staging, final)
+        sync_to_disk(base)
+    logger.info("exported version %d to %s", version, final)
+    return final
+
+
+def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes):
     module = TranslationModule(
         translator.model, translator.tokenizer, search, translator.constraint, jit_compile
     )
     tf.saved_model.save(module, str(staging), signatures=module.signatures())
     if jit_compile:
         requests = warmup_requests(
-            base.name,
+            staging.parent.name,
             translator.model.config.max_length,
             module.default_search,
             warmup_batch_sizes,
@@ -247,6 +265,3 @@ def export_saved_model(
         with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:
             for request in requests:
                 writer.write(request.SerializeToString())
-    os.rename(staging, final)
-    logger.info("exported version %d to %s", version, final)
-    return final

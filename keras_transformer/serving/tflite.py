@@ -21,6 +21,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_transformer.decoding.search import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
+from pipelines.corpus import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,6 @@ def export_tflite(
         flatbuffer = converter.convert()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(flatbuffer)
+    write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
     logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
     return path

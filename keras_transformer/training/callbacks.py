@@ -10,7 +10,10 @@
 - `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget;
   `StopOnPlateau` once the validation loss has not improved for N epochs.
 - `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
-  restarting the interrupted epoch) that refuses to start over silently from a corrupt backup.
+  restarting the interrupted epoch) that never starts over silently from a corrupt backup: it
+  resumes from the newest readable checkpoint instead, and says so, or stops.
+- `DivergenceGuard` stops training at the first NaN or infinite loss or gradient norm, before
+  anything saves the weights that update made.
 """
 
 import json
@@ -22,13 +25,16 @@ from pathlib import Path
 import keras
 
 from keras_transformer.run_directory import (
+    DIVERGENCE_REMEDY,
     CheckpointError,
+    DivergenceError,
     checkpoint_path,
     checkpoint_step,
     list_checkpoints,
+    load_weights_checked,
     save_weights_atomically,
 )
-from pipelines.corpus import write_atomically
+from pipelines.corpus import write_atomically, write_error
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +145,11 @@ class MetricsJsonl(EveryUpdate):
             "time": round(time.time() - self._start, 3),
             **{k: float(v) for k, v in (logs or {}).items()},
         }
-        with self.path.open("a") as file:
-            file.write(json.dumps(record) + "\n")
+        try:
+            with self.path.open("a") as file:
+                file.write(json.dumps(record) + "\n")
+        except OSError as error:  # an unfinished line is left out by readers and dropped later
+            raise write_error(self.path, error) from error
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -170,7 +179,7 @@ def _drop_unterminated_record(path):
         logger.warning(
             "%s: dropped an unfinished last record (%d bytes)", path, len(text) - len(kept)
         )
-        path.write_bytes(kept)
+        write_atomically(path, lambda partial: partial.write_bytes(kept))
 
 
 class RollingCheckpoints(EveryUpdate):
@@ -393,13 +402,42 @@ class StopOnPlateau(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class DivergenceGuard(keras.callbacks.Callback):
+    """Raises `DivergenceError` at the first update whose loss or gradient norm is NaN or
+    infinite, naming the step and the quantity.
+
+    First in the callback list, it ends `fit` before any other callback sees that update: no
+    backup, checkpoint or final weights are written from the weights it made, so the last good
+    ones stay (`run_directory.save_weights_atomically` refuses non-finite weights too).
+    """
+
+    QUANTITIES = {"loss": "loss", "gradient_norm": "gradient norm"}
+
+    def on_train_batch_end(self, batch, logs=None):
+        for key, name in self.QUANTITIES.items():
+            value = (logs or {}).get(key)
+            if value is not None and not math.isfinite(float(value)):
+                raise DivergenceError(
+                    f"training diverged at step {_step(self.model)}: the {name} is "
+                    f"{float(value)}; {DIVERGENCE_REMEDY}"
+                )
+
+
 class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` whose failure to read a backup is an error naming the file.
+    """`BackupAndRestore` that never starts over silently from an unreadable backup.
 
     Restores weights, optimizer slots and the step counter (so the learning-rate schedule goes on
     where it stopped) and restarts the interrupted epoch: the data position is kept by epoch.
     Backs up every `save_freq` batches and when training stops.
+
+    An unreadable backup is moved aside and the newest readable checkpoint of
+    `checkpoints_dir` (weights, optimizer slots and step counter too) restored instead, with a
+    warning; without one, it is an error naming the file.
     """
+
+    def __init__(self, backup_dir, checkpoints_dir=None, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self.checkpoints_dir = checkpoints_dir
 
     @property
     def has_backup(self) -> bool:
@@ -409,10 +447,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         try:
             super().on_train_begin(logs)
         except Exception as error:  # any unreadable backup: never restart silently
-            raise CheckpointError(
-                f"cannot resume from the backup in {self.backup_dir} "
-                f"({self._weights_path}): {error}. Delete that directory to start over."
-            ) from error
+            self._resume_from_checkpoint(error)
         # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
         # the end of the restarted epoch would say epoch 0.
         self._current_epoch = self.resumed_epoch
@@ -445,6 +480,34 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         save_weights_atomically(self.model, self._weights_path)
         position = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
         write_atomically(self._training_metadata_path, lambda partial: partial.write_text(position))
+
+    def _resume_from_checkpoint(self, error):
+        checkpoints = list_checkpoints(self.checkpoints_dir) if self.checkpoints_dir else []
+        for path in reversed(checkpoints):
+            try:
+                load_weights_checked(self.model, path)
+            except CheckpointError as unreadable:
+                logger.warning("%s", unreadable)
+                continue
+            aside = Path(self.backup_dir).with_name(
+                f"{Path(self.backup_dir).name}-unreadable-{time.strftime('%Y%m%dT%H%M%S')}"
+            )
+            Path(self.backup_dir).rename(aside)
+            logger.warning(
+                "the backup %s is unreadable (%s): resumed from %s at step %d instead; the "
+                "unreadable backup was moved to %s",
+                self._weights_path,
+                str(error).splitlines()[0],
+                path,
+                _step(self.model),
+                aside,
+            )
+            return
+        raise CheckpointError(
+            f"cannot resume from the backup in {self.backup_dir} ({self._weights_path}), and "
+            f"no readable checkpoint in {self.checkpoints_dir} replaces it: {error}. Delete "
+            "that directory to start over."
+        ) from error
 
     @property
     def resumed_epoch(self) -> int:

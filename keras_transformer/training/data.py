@@ -9,6 +9,8 @@
   an epoch and XLA's buckets; prepared data gives them from its manifest, without reading a
   shard;
 - `text_files`: `{split: (source, target)}` of the splits whose text validation BLEU reads;
+- `identity`: `{file name: sha256}` of what identifies the training data (its two files, or the
+  prepared corpus's manifest, which holds its shards' checksums), for `run.json`;
 - `batches(split, context, repeat, boundaries, pad_batches)`: the split's batches for one input
   pipeline of a `tf.distribute.InputContext` (each worker or pipeline its own share).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +36,7 @@ class TrainingData:
     kept_lengths: np.ndarray
     text_files: dict
     batches: Callable
+    identity: dict
 
 
 def training_data(run, config: TransformerConfig, micro_batch_tokens: int) -> TrainingData:
@@ -90,7 +94,7 @@ def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> Train
         )
 
     kept = kept_pair_lengths(config, files, tokenizer)
-    return TrainingData(tokenizer, kept, files, batches)
+    return TrainingData(tokenizer, kept, files, batches, checksums(files["train"]))
 
 
 def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> TrainingData:
@@ -99,6 +103,7 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
     every resume."""
     from pipelines import SubwordTokenizer
     from pipelines.prepared import (
+        MANIFEST_FILE,
         check_vocabulary,
         prepared_dataset,
         prepared_pair_lengths,
@@ -142,7 +147,15 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
         )
 
     kept = prepared_pair_lengths(run.data_dir, "train", config.max_length)
-    return TrainingData(tokenizer, kept, prepared_text_files(run.data_dir), batches)
+    identity = checksums([run.data_dir / MANIFEST_FILE])
+    return TrainingData(tokenizer, kept, prepared_text_files(run.data_dir), batches, identity)
+
+
+def checksums(paths) -> dict:
+    """`{file name: sha256}` of `paths`."""
+    from pipelines.prepared import file_sha256
+
+    return {Path(path).name: file_sha256(path) for path in paths}
 
 
 def check_prepared_settings(run, config: TransformerConfig, manifest: dict):

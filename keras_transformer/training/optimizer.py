@@ -4,6 +4,10 @@ Eq. 3 (`objectives.schedule.TransformerSchedule`).
 Gradient accumulation (`train --accumulate N`) makes one update of N micro-batches, weighting each
 by its non-padding target tokens (`TokenWeightedAccumulation`), so that the update is the one of
 a single batch holding all N.
+
+Every update also keeps the global norm of the gradients it receives (`GradientNormRecorder`),
+which the training step logs as `gradient_norm`: a NaN or infinite one stops training
+(`callbacks.DivergenceGuard`).
 """
 
 import warnings
@@ -128,8 +132,37 @@ class TokenWeightedAccumulation:
             )
 
 
+class GradientNormRecorder:
+    """Keeps the global norm of the gradients each `apply` receives, for the training step that
+    called it (a mixin, listed first; `take_gradient_norm`).
+
+    A plain attribute, as `record_tokens`'s: the step and the update are traced into one
+    function. Under accumulation, it is each micro-batch's gradient's norm; under
+    `MirroredStrategy`, the first replica's share's, before the replicas' sum.
+    """
+
+    _gradient_norm = None
+
+    def apply(self, grads, trainable_variables=None):
+        import tensorflow as tf  # global_norm also takes an embedding's IndexedSlices
+
+        present = [g for g in grads if g is not None]
+        self._gradient_norm = tf.linalg.global_norm(present) if present else None
+        super().apply(grads, trainable_variables)
+
+    def take_gradient_norm(self):
+        """The norm of the gradients that the step traced now applied, once (None if none)."""
+        norm, self._gradient_norm = self._gradient_norm, None
+        return norm
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TokenWeightedAdam(TokenWeightedAccumulation, keras.optimizers.Adam):
+class TransformerAdam(GradientNormRecorder, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` that keeps its gradients' norm."""
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TokenWeightedAdam(GradientNormRecorder, TokenWeightedAccumulation, keras.optimizers.Adam):
     """`keras.optimizers.Adam` with token-weighted gradient accumulation."""
 
 
@@ -141,7 +174,8 @@ def create_optimizer(config, accumulation_steps=1):
     target tokens, the whole batch's per-token mean, so a batch of the paper's 25k tokens fits
     in less memory. The loss must tell it each micro-batch's token count
     (`LabelSmoothedCrossEntropy(record_tokens=optimizer.record_tokens)`, as
-    `trainer.compile_model` does). `iterations` counts updates. With 1 it is a plain Adam.
+    `trainer.compile_model` does). `iterations` counts updates. With 1 it is Adam. Either keeps
+    its gradients' norm (`GradientNormRecorder`).
     """
     adam = dict(
         learning_rate=TransformerSchedule(
@@ -153,4 +187,4 @@ def create_optimizer(config, accumulation_steps=1):
     )
     if accumulation_steps > 1:
         return TokenWeightedAdam(**adam, gradient_accumulation_steps=accumulation_steps)
-    return keras.optimizers.Adam(**adam)
+    return TransformerAdam(**adam)

@@ -9,6 +9,11 @@ On JAX (`train --backend jax`) the same pipeline feeds `model.fit`, whose step J
 where there are several devices; the checkpoints and backups are the same files. TensorFlow's
 searches cannot run a JAX model, so validation BLEU is left to `evaluate` on the checkpoints,
 and accumulation and clusters (`TF_CONFIG`) stay TensorFlow's.
+
+A fault ends a run with one line and loses nothing: a NaN or infinite loss or gradient norm stops
+it before the weights it made are saved (`callbacks.DivergenceGuard`); a second trainer of the
+same run directory is refused (`run_directory.trainer_lock`), and so is a resume on other data
+or on data that leaves no pair to train on.
 """
 
 from __future__ import annotations
@@ -133,7 +138,21 @@ def compile_model(
     # Adam's moments made now, not in the first traced step: a step that creates variables is
     # traced a second time to run without creating them, seconds of tracing for nothing.
     model.optimizer.build(model.trainable_variables)
+    model.train_step = _logs_with_gradient_norm(model.train_step, model)
     return model
+
+
+def _logs_with_gradient_norm(step, model):
+    """`step`, with the norm of the gradients it applied in its logs as `gradient_norm` (not
+    under loss scaling, whose optimizer applies them only in a conditional branch of its own)."""
+
+    def train_step(data):
+        logs = step(data)
+        take = getattr(model.optimizer, "take_gradient_norm", None)
+        norm = take() if take else None
+        return logs if norm is None else {**logs, "gradient_norm": norm}
+
+    return train_step
 
 
 def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
@@ -214,7 +233,10 @@ def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
     # Keras counts micro-batches here, the optimizer updates.
     save_freq = run.checkpoint_every * run.accumulate if run.checkpoint_every else "epoch"
     return run_callbacks.ResumableBackup(
-        run.output / run_directory.BACKUP_DIR, save_freq=save_freq, delete_checkpoint=False
+        run.output / run_directory.BACKUP_DIR,
+        run.output / run_directory.CHECKPOINTS_DIR,
+        save_freq=save_freq,
+        delete_checkpoint=False,
     )
 
 
@@ -254,7 +276,10 @@ def build_callbacks(
         run.output / run_directory.METRICS_FILE, every_steps=run.log_every
     )
     callbacks = [
-        resumable_backup(run),  # first: it restores the step that the others read when they begin
+        # First: it ends training before any other callback saves a diverged update's weights.
+        run_callbacks.DivergenceGuard(),
+        # Next: it restores the step that the others read when they begin.
+        resumable_backup(run),
         run_callbacks.TokenThroughput(),
         run_callbacks.TraceCounter(),
         run_callbacks.RollingCheckpoints(
@@ -349,8 +374,6 @@ def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
 
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
     """Trains (or resumes) a run; returns the path of the final weights."""
-    from pipelines.batching import full_batches_per_pass
-
     if run.max_minutes and is_multi_worker():
         # Each worker would stop by its own clock, one step apart at worst, and the one still
         # going would wait in that step's all-reduce for the others for ever.
@@ -362,6 +385,13 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     run = for_jax(run) if on_jax else own_run(run)
     if run.subwords:
         run_directory.check_subwords(run)
+    with run_directory.trainer_lock(run.output):
+        return _train_locked(config, run, on_jax)
+
+
+def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
+    from pipelines.batching import full_batches_per_pass
+
     run_directory.prepare(run, config)
     configure_numerics(run)
     # On JAX, tf.data runs on TensorFlow's default strategy and the batch is split by Keras.
@@ -385,6 +415,13 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "micro-batches or --devices"
         )
     data = training_data(run, config, config.batch_tokens // micro_batches)
+    run_directory.check_same_data_files(run, data.identity)
+    if not len(data.kept_lengths):  # else the repeated, filtered data would wait for ever
+        raise ConfigError(
+            f"no training pair to train on in {run.data_dir}: the training split is empty, or "
+            f"every pair is longer than max_length={config.max_length} subwords (raise it with "
+            "--set max_length=N)"
+        )
     tokenizer = data.tokenizer
     check_workers_agree(
         strategy,

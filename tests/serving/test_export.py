@@ -311,3 +311,19 @@ def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator
     assert target.shape == (1, TFLITE_SOURCE + 6) and target.min() >= 0
     with pytest.raises(ValueError, match="source_length 40 must be in 2..24"):
         export_tflite(translator, tmp_path / "x.tflite", source_length=40)
+
+
+@pytest.mark.slow
+def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from keras_transformer.serving.saved_model import export_saved_model
+
+    base = tmp_path / "m30k-ende"
+    with ThreadPoolExecutor(2) as pool:
+        exports = [pool.submit(export_saved_model, translator, base) for _ in range(2)]
+        paths = sorted(str(export.result()) for export in exports)
+    assert paths == [str(base / "1"), str(base / "2")]
+    for version in paths:
+        assert tf.saved_model.load(version).signatures["serving_default"] is not None
+    assert sorted(p.name for p in base.iterdir()) == ["1", "2"]  # nothing else left

@@ -192,14 +192,18 @@ def test_a_save_killed_mid_write_leaves_the_previous_file_readable(tmp_path, mon
     save_weights_atomically(model, path)
     saved = model.get_weights()
 
-    def die_half_written(filepath, overwrite=True):
-        Path(filepath).write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+    write_bytes = Path.write_bytes
+
+    def die_half_written(file, data):
+        write_bytes(file, data[: len(data) // 2])  # the real write, cut short
         raise KilledWhileWriting
 
     model.fit(*toy_data(), batch_size=4, epochs=1, verbose=0)  # new weights to save
-    monkeypatch.setattr(model, "save_weights", die_half_written)
+    monkeypatch.setattr(Path, "write_bytes", die_half_written)
     with pytest.raises(KilledWhileWriting):
         save_weights_atomically(model, path)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # the partial file is gone
     restored = Transformer(CONFIG)
     load_weights_checked(restored, path)
     for got, want in zip(restored.get_weights(), saved, strict=True):

@@ -154,4 +154,5 @@ def test_create_optimizer_accumulates():
     assert optimizer.gradient_accumulation_steps == 4
     assert optimizer.get_config()["learning_rate"]["config"]["accumulation_steps"] == 4
     plain = create_optimizer(TransformerConfig.preset("base"))
-    assert type(plain) is keras.optimizers.Adam and plain.gradient_accumulation_steps is None
+    assert isinstance(plain, keras.optimizers.Adam) and not isinstance(plain, TokenWeightedAdam)
+    assert plain.gradient_accumulation_steps is None
