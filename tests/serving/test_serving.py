@@ -122,9 +122,9 @@ def ids_request(beam_size=2, extra_length=3):
         (PREDICT, json.dumps({"instances": ["a" * 70000]}).encode(), 413, "exceeds the limit"),
         (PREDICT, b'{"instances": [{"b64": "abc"}]}', 400, "invalid base64 'abc'"),
         (PREDICT, b'{"instances": [{"b64": 5}]}', 400, "invalid base64 5"),
-        (PREDICT, ids_request(beam_size=0), 400, "beam_size must be at least 1"),
-        (PREDICT, ids_request(beam_size=65), 400, "beam_size must be at most 64"),
-        (PREDICT, ids_request(extra_length=-1), 400, "extra_length must be 0 or more"),
+        (PREDICT, ids_request(beam_size=0), 400, "beam_size 0 is not one of those exported"),
+        (PREDICT, ids_request(beam_size=65), 400, "beam_size 65 is not one of those exported"),
+        (PREDICT, ids_request(extra_length=-1), 400, "extra_length -1 is not in 0..50"),
     ],
 )
 def test_bad_requests_get_their_status_and_the_server_keeps_serving(
