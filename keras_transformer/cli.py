@@ -152,13 +152,37 @@ def _load_translator(args, jit_compile=False):
 
 
 def _translate(args):
+    from keras_transformer.decoding.translator import n_best_text
+
     scoring = _task(args.model)
     translator = _load_translator(args, args.jit_compile)
     lines = _read_input(args.input)
-    translations = translator.translate(lines, **_search(args, scoring.search))
+    search = _search(args, scoring.search)
+    if args.n_best or args.scores or args.alignments:
+        n_best = translator.translate_n_best(
+            lines, args.n_best or 1, alignments=args.alignments, **search
+        )
+        _write_output(args.output, n_best_text(lines, n_best, scoring.present))
+        return
+    translations = translator.translate(lines, **search)
     text = "".join(scoring.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
+    _write_output(args.output, text)
+
+
+def _score(args):
+    from keras_transformer.decoding.translator import load_run, n_best_text
+    from pipelines.corpus import read_aligned_lines
+
+    alpha = _task(args.model).search["alpha"] if args.alpha is None else args.alpha
+    sources, targets = read_aligned_lines(args.source, args.target)
+    translator = load_run(args.model, args.weights, ensemble=args.ensemble or ())
+    scored = translator.score(sources, targets, alpha, args.alignments, target_name=args.target)
+    _write_output(args.output, n_best_text(sources, [[h] for h in scored]))
+
+
+def _write_output(path, text):
+    if path:
+        path.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
 
@@ -464,7 +488,43 @@ def _add_decoding(commands):
     _add_search_arguments(translate)
     translate.add_argument("--input", type=Path, help="text file (plain or .gz); default stdin")
     translate.add_argument("--output", type=Path, help="default stdout")
+    output = translate.add_argument_group(
+        "n-best output: one line a hypothesis, INDEX ||| TRANSLATION ||| SCORE ||| LOG_PROB "
+        "[||| ALIGNMENT] (README, Translation output)"
+    )
+    output.add_argument(
+        "--n-best", type=at_least(1), metavar="K", help="the K best hypotheses (K ≤ --beam)"
+    )
+    output.add_argument(
+        "--scores",
+        action="store_true",
+        help="the best hypothesis with its score (log P / lp, §6.1) and log-probability",
+    )
+    output.add_argument(
+        "--alignments",
+        action="store_true",
+        help="add Pharaoh word alignments i-j from the encoder-decoder attention",
+    )
     translate.set_defaults(handler=_translate)
+
+    score = commands.add_parser(
+        "score", help="the model's log-probability of given translations (forced decoding)"
+    )
+    score.add_argument("--model", type=Path, required=True, help="training run directory")
+    score.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
+    _add_ensemble(score)
+    score.add_argument("--source", type=Path, required=True, help="sources (plain or .gz)")
+    score.add_argument("--target", type=Path, required=True, help="their translations, aligned")
+    score.add_argument(
+        "--alpha", type=float, help="length penalty α of SCORE (default 0.6, §6.1; 0.3 for ptb)"
+    )
+    score.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments")
+    score.add_argument(
+        "--output",
+        type=Path,
+        help="default stdout; one line a pair: INDEX ||| TARGET ||| SCORE ||| LOG_PROB",
+    )
+    score.set_defaults(handler=_score)
 
     evaluate = commands.add_parser(
         "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a split, or parsing F1 for ptb"

@@ -120,6 +120,25 @@ class SubwordTokenizer(tf.Module):
             strings = self._tokenizer.id_to_string(ids)
         return [s.decode("utf-8") for s in strings.numpy()]
 
+    def word_indices(self, ids) -> list[int]:
+        """For each of a sentence's `ids`, the index of the word it belongs to, as the subword
+        model marks words: a new one at each SentencePiece piece that starts with "▁" (its
+        whitespace mark), at each WordPiece piece but a "##" continuation, at every id of a word
+        model. For ordinary text, SentencePiece's words are the line's whitespace-separated
+        ones."""
+        pieces = self.pieces(ids)
+        if self.one_id_per_word:
+            starts = [True] * len(pieces)
+        elif self.kind == "wordpiece":
+            starts = [not piece.startswith("##") for piece in pieces]
+        else:
+            starts = [piece.startswith("▁") for piece in pieces]
+        indices, word = [], -1
+        for position, start in enumerate(starts):
+            word += start or position == 0
+            indices.append(word)
+        return indices
+
     def fingerprint(self) -> int:
         """A 24-bit checksum of the pieces in id order: equal for two vocabularies that give every
         id the same piece, whichever files, paths or process trained them. 24 bits, so that

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from keras import ops  # noqa: E402
 
+from keras_transformer.decoding.forced import recording  # noqa: E402
 from pipelines.tokenizer import BOS_ID, EOS_ID  # noqa: E402
 
 
@@ -23,15 +24,9 @@ def attention_maps(model, source_ids, target_in_ids, layer=-1):
         model.encoder_layers[layer].self_attention,
         model.decoder_layers[layer].cross_attention,
     )
-    for attention in recorded:
-        attention.record_attention = True
-    try:
+    with recording(recorded):
         model((source_ids[None, :], target_in_ids[None, :]), training=False)
         return tuple(ops.convert_to_numpy(a.last_attention_weights)[0] for a in recorded)
-    finally:
-        for attention in recorded:
-            attention.record_attention = False
-            attention.last_attention_weights = None
 
 
 def _draw(axes, weights, rows, columns, title):

@@ -52,17 +52,22 @@ def decoding_members(model) -> tuple:
     return model.members if isinstance(model, Ensemble) else (model,)
 
 
+def mean_log_distribution(member_logits):
+    """log((1/M) Σ_m softmax(logits_m)) of the members' logits (any shape, vocabulary last): a
+    normalized log-distribution, which the searches' log-softmax leaves as it is."""
+    log_probs = tf.stack(
+        [tf.nn.log_softmax(tf.cast(logits, tf.float32)) for logits in member_logits]
+    )
+    return tf.reduce_logsumexp(log_probs, axis=0) - math.log(len(member_logits))
+
+
 def mean_distribution(member_steps):
     """`symbols_to_logits(ids, step, caches)` over the members' step functions, one cache
-    each, returning log((1/M) Σ_m softmax(logits_m)) as the logits (a normalized
-    log-distribution, which the searches' log-softmax leaves as it is)."""
-    log_members = math.log(len(member_steps))
+    each, returning their `mean_log_distribution` as the logits."""
 
     def symbols_to_logits(ids, step, caches):
         outputs = [fn(ids, step, cache) for fn, cache in zip(member_steps, caches, strict=True)]
-        log_probs = tf.stack(
-            [tf.nn.log_softmax(tf.cast(logits, tf.float32)) for logits, _ in outputs]
-        )
-        return tf.reduce_logsumexp(log_probs, axis=0) - log_members, tuple(c for _, c in outputs)
+        logits = mean_log_distribution([logits for logits, _ in outputs])
+        return logits, tuple(c for _, c in outputs)
 
     return symbols_to_logits

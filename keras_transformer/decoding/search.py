@@ -26,6 +26,7 @@ import tensorflow as tf
 from keras_transformer.decoding.beam_search import (
     BeamSearchResult,
     beam_search,
+    length_penalty,
     without_tokens,
     write_at,
 )
@@ -120,7 +121,8 @@ def max_decode_length(model, source_ids, extra_length):
     """The static buffer length: padded source length + extra, at most the model's max_length.
 
     A Python int whenever the source length and `extra_length` are, so that XLA sees fixed
-    shapes; a tensor otherwise (a serving signature's inputs).
+    shapes; a tensor otherwise (a serving signature's inputs). A buffer longer than a
+    sentence's limit changes nothing of its search: each sentence stops at its own limit.
     """
     source_length = source_ids.shape[1]
     if source_length is None or not isinstance(extra_length, int):
@@ -171,9 +173,9 @@ def _member_step(model, source_ids, copies, length, cached):
     return make_step(model, encoder_output, source_mask, length)
 
 
-def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
+def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, longest_extra):
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    length = max_decode_length(model, source_ids, extra_length)
+    length = max_decode_length(model, source_ids, longest_extra or extra_length)
     members = [
         _member_step(member, source_ids, copies, length, cached)
         for member in decoding_members(model)
@@ -192,7 +194,12 @@ def _search_inputs(model, source_ids, extra_length, copies, cached, constraint):
 
 
 def greedy_decode(
-    model, source_ids, extra_length=EXTRA_LENGTH, cached=True, constraint=None
+    model,
+    source_ids,
+    extra_length=EXTRA_LENGTH,
+    cached=True,
+    constraint=None,
+    longest_extra=None,
 ) -> GreedyResult:
     """Greedy decoding of source ids `[batch, source_length]` (PAD = 0) by `model`, a
     `Transformer` or an `ensemble.Ensemble`.
@@ -200,9 +207,12 @@ def greedy_decode(
     `constraint`: optional `(symbols_to_logits, cache, source_ids, max_lengths) ->
     (symbols_to_logits, cache)` that restricts the outputs, such as
     `tree_constraint.WellFormedTrees`.
+    `longest_extra`: a Python int ≥ `extra_length` that sizes the buffers in its place, so that
+    a tensor `extra_length` (a request's) sets each sentence's limit without fixing a shape:
+    one XLA program serves every extra length up to it, with the same results.
     """
     step_fn, first_ids, cache, length, limits = _search_inputs(
-        model, source_ids, extra_length, 1, cached, constraint
+        model, source_ids, extra_length, 1, cached, constraint, longest_extra
     )
     return greedy_search(step_fn, first_ids, cache, length, limits, NEVER_GENERATED)
 
@@ -215,36 +225,59 @@ def beam_decode(
     extra_length=EXTRA_LENGTH,
     cached=True,
     constraint=None,
+    longest_extra=None,
 ) -> BeamSearchResult:
-    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model` and
-    `constraint` as for `greedy_decode`, with one source row per hypothesis."""
+    """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
+    `constraint` and `longest_extra` as for `greedy_decode`, with one source row per
+    hypothesis."""
     step_fn, first_ids, cache, length, limits = _search_inputs(
-        model, source_ids, extra_length, beam_size, cached, constraint
+        model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
     )
     return beam_search(
         step_fn, first_ids, cache, beam_size, alpha, length, limits, banned_ids=NEVER_GENERATED
     )
 
 
-def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
-    """The best target ids `[batch, out]` of each source and their scores: greedy decoding for
-    `beam_size` 1 (scores: log-probabilities), beam search otherwise (scores: divided by the
-    length penalty, §6.1). A tensor `beam_size`, as a serving signature takes it, chooses at
-    run time."""
+def n_best_hypotheses(
+    model, source_ids, beam_size, alpha, extra_length, constraint=None, longest_extra=None
+) -> BeamSearchResult:
+    """The `beam_size` best hypotheses of each source, best first, as a `BeamSearchResult`:
+    beam search's finished set, or for `beam_size` 1 greedy decoding's one hypothesis, scored
+    as a beam's (log P / lp, §6.1). A slot the search left empty (fewer distinct hypotheses than
+    beams) scores `NEG_INF`. A tensor `beam_size`, as a serving signature takes it, chooses at
+    run time; `longest_extra` as for `greedy_decode`."""
 
     def greedy():
-        result = greedy_decode(model, source_ids, extra_length, constraint=constraint)
-        return result.ids, result.log_probs
+        result = greedy_decode(model, source_ids, extra_length, True, constraint, longest_extra)
+        scores = result.log_probs / length_penalty(result.lengths, alpha)
+        one = (result.ids, scores, result.log_probs, result.lengths)
+        return BeamSearchResult(*(tensor[:, None] for tensor in one))
 
     def beam():
-        result = beam_decode(
-            model, source_ids, beam_size, alpha, extra_length, constraint=constraint
+        return beam_decode(
+            model, source_ids, beam_size, alpha, extra_length, True, constraint, longest_extra
         )
-        return result.ids[:, 0], result.scores[:, 0]
 
     if isinstance(beam_size, int):
         return greedy() if beam_size == 1 else beam()
     return tf.cond(tf.equal(beam_size, 1), greedy, beam)
+
+
+def best_of(result: BeamSearchResult, beam_size):
+    """The best target ids `[batch, out]` of an `n_best_hypotheses` result and their scores:
+    for `beam_size` 1 (greedy decoding) its log-probabilities, otherwise divided by the length
+    penalty (§6.1)."""
+    if isinstance(beam_size, int):
+        scores = result.log_probs if beam_size == 1 else result.scores
+    else:
+        scores = tf.where(tf.equal(beam_size, 1), result.log_probs, result.scores)
+    return result.ids[:, 0], scores[:, 0]
+
+
+def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
+    """`best_of` the `n_best_hypotheses`."""
+    result = n_best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint)
+    return best_of(result, beam_size)
 
 
 def side_by_side_slices(batch_size, requested=None) -> int:
@@ -266,7 +299,7 @@ def decode_side_by_side(search, source_ids, *args, slices=None):
     """`search(source_ids, *args)` on slices of the batch decoded at the same time, concatenated.
 
     `search` is a `tf.function` (XLA-compiled for speed) mapping source ids `[batch, length]` to
-    a nest of tensors with the batch first, such as `best_hypotheses`; `decode_side_by_side`
+    a nest of tensors with the batch first, such as `n_best_hypotheses`; `decode_side_by_side`
     must run inside a `tf.function` that is not XLA-compiled. Each slice is then a separate
     call with no dependence on the others, which TensorFlow's executor runs on its inter-op
     threads at once; a single XLA program would run them one after another. Sentences decode

@@ -21,6 +21,7 @@ Example (needs a trained run, so not run as a doctest)::
 import functools
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -28,17 +29,21 @@ from tqdm.auto import tqdm
 
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError
+from keras_transformer.decoding.beam_search import NEG_INF, BeamSearchResult, length_penalty
 from keras_transformer.decoding.ensemble import Ensemble
+from keras_transformer.decoding.forced import forced_decode, pharaoh_alignment, subword_links
 from keras_transformer.decoding.search import (
     ALPHA,
     BEAM_SIZE,
     EXTRA_LENGTH,
-    best_hypotheses,
+    best_of,
     decode_side_by_side,
+    n_best_hypotheses,
 )
 from keras_transformer.decoding.tree_constraint import WellFormedTrees
 from keras_transformer.model import Transformer
 from keras_transformer.run_directory import SUBWORDS_FILE, CheckpointError
+from pipelines.corpus import CorpusError
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,26 @@ BATCH_SENTENCES = 64
 # from 2 on each at most 1.5x the one before, so padding adds under half a batch's rows, and a
 # search is traced (with XLA: compiled) about 2·log2(largest batch) times, not once a batch size.
 ROW_BUCKETS = sorted({factor * 2**k for factor in (1, 3) for k in range(30)})
+
+
+class Hypothesis(NamedTuple):
+    """One translation of a sentence: its text, its score log P / lp (§6.1's length penalty,
+    what beam search ranks by), its log-probability log P (EOS included), and, if asked for,
+    its Pharaoh word alignment (`forced.pharaoh_alignment`)."""
+
+    text: str
+    score: float
+    log_prob: float
+    alignment: str | None = None
+
+    def line(self, index) -> str:
+        """`INDEX ||| TEXT ||| SCORE ||| LOG_PROB [||| ALIGNMENT]`, Moses's n-best layout."""
+        fields = [str(index), self.text, f"{self.score:.6f}", f"{self.log_prob:.6f}"]
+        return " ||| ".join(fields + ([self.alignment] if self.alignment is not None else []))
+
+
+# What an empty line translates to (nothing, certainly), and what it scores.
+EMPTY = Hypothesis("", 0.0, 0.0)
 
 
 class Translator:
@@ -78,27 +103,34 @@ class Translator:
         self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
-        search = tf.function(self._best_ids, jit_compile=jit_compile)
+        search = tf.function(self._n_best, jit_compile=jit_compile)
         # Not compiled as a whole, so that the slices' searches run at the same time.
         self._decode = tf.function(functools.partial(decode_side_by_side, search, slices=slices))
 
-    def _best_ids(self, source_ids, beam_size, alpha, extra_length):
-        return best_hypotheses(
+    def _n_best(self, source_ids, beam_size, alpha, extra_length):
+        return n_best_hypotheses(
             self.model, source_ids, beam_size, alpha, extra_length, self.constraint
         )
+
+    def decode_n_best(
+        self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH
+    ) -> BeamSearchResult:
+        """Padded source ids `[batch, length]` → the `beam_size` best hypotheses of each
+        (`search.n_best_hypotheses`); `beam_size=1` decodes greedily."""
+        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+        rows = source_ids.shape[0]
+        # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
+        result = self._decode(
+            pad_rows_to_bucket(source_ids), beam_size, tf.constant(alpha, tf.float32), extra_length
+        )
+        return BeamSearchResult(*(tensor[:rows] for tensor in result))
 
     def decode_ids(self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH):
         """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores.
 
         `beam_size=1` decodes greedily (scores are then plain log-probabilities).
         """
-        source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        rows = source_ids.shape[0]
-        # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
-        target_ids, scores = self._decode(
-            pad_rows_to_bucket(source_ids), beam_size, tf.constant(alpha, tf.float32), extra_length
-        )
-        return target_ids[:rows], scores[:rows]
+        return best_of(self.decode_n_best(source_ids, beam_size, alpha, extra_length), beam_size)
 
     def encode_sentences(self, sentences, line_numbers=None):
         """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.
@@ -132,9 +164,140 @@ class Translator:
         Args:
             progress: show a progress bar; `None` shows one on a terminal for long inputs.
         """
+        search = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
+        n_best = self.translate_n_best(
+            sentences, 1, batch_sentences=batch_sentences, progress=progress, **search
+        )
+        return [hypotheses[0].text for hypotheses in n_best]
+
+    def translate_n_best(
+        self,
+        sentences,
+        n_best=1,
+        beam_size=BEAM_SIZE,
+        alpha=ALPHA,
+        extra_length=EXTRA_LENGTH,
+        alignments=False,
+        batch_sentences=BATCH_SENTENCES,
+        progress=None,
+    ) -> list[list[Hypothesis]]:
+        """The `n_best` best `Hypothesis`es of each of `sentences`, best first, as `translate`
+        decodes them; fewer where the search found fewer. An empty line gets `EMPTY` alone
+        (with an empty alignment).
+
+        `alignments`: add each hypothesis' word alignment (`forced` module docstring).
+        """
+        if not 1 <= n_best <= beam_size:
+            raise ConfigError(
+                f"n-best {n_best} must be 1 to the beam size {beam_size}: a search keeps "
+                "beam size hypotheses"
+            )
+        search = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
+
+        def decode(source, _):
+            limit = self.model.config.max_length
+            result = self.decode_n_best(pad_to_bucket(source, limit=limit), **search)
+            ids, scores, log_probs = (np.asarray(t)[:, :n_best] for t in result[:3])
+            found = [
+                [(list(i), s, p) for i, s, p in zip(*row, strict=True) if s > NEG_INF / 2]
+                for row in zip(ids, scores, log_probs, strict=True)
+            ]
+            return self._hypotheses(source, found, alignments)
+
+        empty = EMPTY._replace(alignment="") if alignments else EMPTY
+        return self._in_batches(sentences, decode, batch_sentences, progress, empty)
+
+    def score(
+        self,
+        sources,
+        targets,
+        alpha=ALPHA,
+        alignments=False,
+        batch_sentences=BATCH_SENTENCES,
+        target_name="target",
+    ) -> list[Hypothesis]:
+        """The model's `Hypothesis` for each given translation `targets[i]` of `sources[i]`
+        (forced decoding, `forced.forced_decode`): its log-probability with EOS, its score under
+        the length penalty α, and with `alignments` its word alignment. The text is the target
+        as given; it is scored in the subword model's segmentation of it.
+
+        `target_name` names the targets (their file) in errors: a target longer than the model's
+        `max_length` is one, and so is a count of targets other than of sources.
+        """
+        if len(sources) != len(targets):
+            raise CorpusError(f"{len(sources)} sources but {len(targets)} targets in {target_name}")
+        target_ids = self._target_ids(targets, target_name)
+
+        def score_batch(source, batch):
+            targets = [target_ids[k] for k in batch]
+            forced = forced_decode(self.model, *self._padded_pairs(source, targets))
+            scores = forced.log_probs / length_penalty(forced.lengths, alpha)
+            found = zip(targets, scores.numpy(), forced.log_probs.numpy(), strict=True)
+            return self._hypotheses(source, [[item] for item in found], alignments)
+
+        scored = self._in_batches(sources, score_batch, batch_sentences, False, None)
+        return [hypotheses[0] for hypotheses in scored]
+
+    def _target_ids(self, targets, name):
+        """Each target's subword ids with EOS; a target over the model's length is an error."""
+        limit = self.model.config.max_length
+        ids = self.tokenizer.tokenize(tf.constant(list(targets), tf.string)).to_list()
+        for number, row in enumerate(ids, start=1):
+            if len(row) + 1 > limit:
+                raise CorpusError(
+                    f"{name}, line {number}: {len(row) + 1} subwords with EOS, more than the "
+                    f"model's max_length {limit}"
+                )
+        return [row + [EOS_ID] for row in ids]
+
+    def _padded_pairs(self, sources, targets):
+        limit = self.model.config.max_length
+        return pad_to_bucket(sources, limit=limit), pad_to_bucket(targets, limit=limit)
+
+    def _hypotheses(self, sources, found, alignments):
+        """`Hypothesis`es of `found[row]`, a list of (target ids, score, log-probability) of the
+        source ids `sources[row]`."""
+        flat = [(row, *item) for row, items in enumerate(found) for item in items]
+        hypotheses = [[] for _ in found]
+        if not flat:
+            return hypotheses
+        rows, targets, scores, log_probs = zip(*flat, strict=True)
+        texts = self.tokenizer.detokenize(pad_to_bucket(targets)).numpy()
+        links = self._alignments([sources[row] for row in rows], targets) if alignments else None
+        for i, row in enumerate(rows):
+            hypotheses[row].append(
+                Hypothesis(
+                    texts[i].decode("utf-8"),
+                    float(scores[i]),
+                    float(log_probs[i]),
+                    links[i] if alignments else None,
+                )
+            )
+        return hypotheses
+
+    def _alignments(self, sources, targets) -> list[str]:
+        """The Pharaoh word alignment of each pair of source and target ids."""
+        targets = [ids[: _length_with_eos(ids)] for ids in targets]
+        attention = forced_decode(
+            self.model, *self._padded_pairs(sources, targets), with_attention=True
+        ).attention.numpy()
+        words = self.tokenizer.word_indices
+        return [
+            pharaoh_alignment(
+                subword_links(weights[: len(target), : len(source)], source, target),
+                words(source),
+                words(target),
+            )
+            for weights, source, target in zip(attention, sources, targets, strict=True)
+        ]
+
+    def _in_batches(self, sentences, decode, batch_sentences, progress, empty=EMPTY):
+        """`decode(source ids, positions)` on batches of the sentences sorted by length, its
+        lists of `Hypothesis`es returned in the sentences' order. Empty sentences get `empty`
+        alone, or with `empty=None` are decoded too (their source is EOS alone)."""
         sentences = [s.strip() for s in sentences]
-        outputs = [""] * len(sentences)
-        real = [i for i, s in enumerate(sentences) if s]
+        outputs = [[empty] for _ in sentences]
+        real = [i for i, s in enumerate(sentences) if s or empty is None]
         if not real:
             return outputs
         source = self.encode_sentences([sentences[i] for i in real], [i + 1 for i in real])
@@ -145,16 +308,26 @@ class Translator:
         else:
             hide = not progress
         for batch in tqdm(batches, desc="translating", unit="batch", disable=hide):
-            ids, _ = self.decode_ids(
-                pad_to_bucket([source[k] for k in batch], limit=self.model.config.max_length),
-                beam_size,
-                alpha,
-                extra_length,
-            )
-            texts = self.tokenizer.detokenize(ids).numpy()
-            for k, text in zip(batch, texts, strict=True):
-                outputs[real[k]] = text.decode("utf-8")
+            results = decode([source[k] for k in batch], [real[k] for k in batch])
+            for k, hypotheses in zip(batch, results, strict=True):
+                outputs[real[k]] = hypotheses
         return outputs
+
+
+def n_best_text(sources, n_best, present=lambda source, text: text) -> str:
+    """`Hypothesis.line`s of each source's hypotheses (`n_best[i]`, of `sources[i]`), the texts
+    as `present(source, text)` shows them (a `Task`'s `present`)."""
+    return "".join(
+        hypothesis._replace(text=present(source, hypothesis.text)).line(index) + "\n"
+        for index, (source, hypotheses) in enumerate(zip(sources, n_best, strict=True))
+        for hypothesis in hypotheses
+    )
+
+
+def _length_with_eos(ids) -> int:
+    """|Y|: the ids up to the first EOS, it included (all of them, PAD aside, without one)."""
+    ids = list(ids)
+    return ids.index(EOS_ID) + 1 if EOS_ID in ids else sum(1 for i in ids if i != PAD_ID)
 
 
 def bucketed_width(longest, bucket=LENGTH_BUCKET, limit=None):

@@ -14,14 +14,29 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
     serving_default    text [None] string                       -> translations [None] string,
                                                                    scores [None] float32
     translate_options  text, beam_size [] int32, alpha [] float32,
-                       extra_length [] int32                    -> translations, scores
+                       extra_length [] int32                    -> translations, scores,
+                                                                   n_best_translations
+                                                                   [None, beam] string,
+                                                                   n_best_scores [None, beam],
+                                                                   n_best_log_probs [None, beam]
     translate_ids      source_ids [None, None] int32 (PAD = 0, EOS-terminated), beam_size,
                        alpha, extra_length                      -> target_ids [None, None] int32,
                                                                    scores
 
-A beam size of 1 decodes greedily (scores are then log-probabilities, as `Translator` gives).
-A request's beam size must be 1 to `MAX_REQUEST_BEAM` and its extra length 0 or more: the graph
-checks them before decoding, so a server answers InvalidArgument rather than run out of memory.
+A beam size of 1 decodes greedily (`scores` are then log-probabilities, as `Translator` gives).
+`translate_options` also returns every hypothesis the search kept, best first: `n_best_scores`
+are log P / lp (§6.1), for a greedy search too, and `n_best_log_probs` log P, EOS included; a
+slot the search left empty (fewer distinct hypotheses than beams) has an empty translation and
+`NEG_INF` scores.
+
+Requests search from a fixed set, so that they cannot make a server compile without bound: a
+beam size of `REQUEST_BEAM_SIZES` or `serving_default`'s, and an extra length from 0 to the
+larger of `serving_default`'s and §6.1's 50 (`TranslationModule.longest_extra`). The graph checks
+both before decoding and answers InvalidArgument naming the value and the set; a request is never
+rounded to another search. With XLA, each beam size is its own program (a `tf.switch_case`
+branch), and the buffers are sized for the longest extra length, which a request's extra length
+only limits (`search.greedy_decode`'s `longest_extra`): one program per beam size, request shape
+and padded width, whatever extra lengths the requests ask for.
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
 `keras_transformer.parsing.constituency.repaired_tree`, or well-formed as decoded when the
@@ -49,6 +64,7 @@ Example (needs a trained run, so not run as a doctest)::
     export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
 """
 
+import functools
 import logging
 import os
 import shutil
@@ -56,7 +72,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_transformer.decoding.search import SEARCH, best_hypotheses
+from keras_transformer.decoding.beam_search import BeamSearchResult
+from keras_transformer.decoding.search import EXTRA_LENGTH, SEARCH, best_of, n_best_hypotheses
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
 from pipelines.corpus import hold_lock, sync_to_disk, write_error
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
@@ -70,27 +87,41 @@ ALPHA_SPEC = tf.TensorSpec([], tf.float32, name="alpha")
 EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
 
 
-# The widest beam a request may ask for: the decoding cache, and so a request's memory, grows
-# with it.
-MAX_REQUEST_BEAM = 64
+# The beam sizes a request may ask for, besides `serving_default`'s: each is a program of its
+# own under XLA, and the decoding cache, and so a request's memory, grows with the beam.
+REQUEST_BEAM_SIZES = (1, 2, 4, 8)
 
 
-def checked_request_search(beam_size, extra_length):
-    """A request's `beam_size` and `extra_length` once checked (1..MAX_REQUEST_BEAM, ≥ 0); out of
-    range, running the signature raises InvalidArgumentError before any decoding."""
+def checked_request_search(beam_size, extra_length, beam_sizes, longest_extra):
+    """A request's `beam_size` and `extra_length` once checked (one of `beam_sizes`, 0 to
+    `longest_extra`); otherwise running the signature raises InvalidArgumentError, naming the
+    value and what is allowed, before any decoding."""
+    allowed = ", ".join(map(str, beam_sizes))
     checks = [
-        tf.debugging.assert_greater_equal(beam_size, 1, message="beam_size must be at least 1"),
-        tf.debugging.assert_less_equal(
-            beam_size, MAX_REQUEST_BEAM, message=f"beam_size must be at most {MAX_REQUEST_BEAM}"
+        tf.debugging.Assert(
+            tf.reduce_any(tf.equal(beam_size, beam_sizes)),
+            [
+                tf.strings.format(
+                    f"beam_size {{}} is not one of those exported: {allowed}", beam_size
+                )
+            ],
         ),
-        tf.debugging.assert_non_negative(extra_length, message="extra_length must be 0 or more"),
+        tf.debugging.Assert(
+            (extra_length >= 0) & (extra_length <= longest_extra),
+            [tf.strings.format(f"extra_length {{}} is not in 0..{longest_extra}", extra_length)],
+        ),
     ]
     with tf.control_dependencies(checks):
         return tf.identity(beam_size), tf.identity(extra_length)
 
 
 class TranslationModule(tf.Module):
-    """The trained model and its tokenizer with the serving functions (see module docstring)."""
+    """The trained model and its tokenizer with the serving functions (see module docstring).
+
+    Attributes:
+        beam_sizes: the beam sizes requests may ask for (sorted).
+        longest_extra: the longest extra length requests may ask for.
+    """
 
     def __init__(self, model, tokenizer, search=None, constraint=None, jit_compile=False):
         super().__init__(name="translation")
@@ -98,8 +129,10 @@ class TranslationModule(tf.Module):
         self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
         self.default_search = search or SEARCH
         self.constraint = constraint
+        self.beam_sizes = sorted({*REQUEST_BEAM_SIZES, self.default_search["beam_size"]})
+        self.longest_extra = max(self.default_search["extra_length"], EXTRA_LENGTH)
         self._compiled_search = (
-            tf.function(self._best_hypotheses, jit_compile=True) if jit_compile else None
+            tf.function(self._n_best_hypotheses, jit_compile=True) if jit_compile else None
         )
 
     def source_ids(self, text):
@@ -108,32 +141,61 @@ class TranslationModule(tf.Module):
         eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
         return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
 
-    def _best_hypotheses(self, source_ids, beam_size, alpha, extra_length):
-        return best_hypotheses(
-            self.model, source_ids, beam_size, alpha, extra_length, self.constraint
+    def _n_best_hypotheses(self, source_ids, beam_size, alpha, extra_length):
+        return n_best_hypotheses(
+            self.model,
+            source_ids,
+            beam_size,
+            alpha,
+            extra_length,
+            self.constraint,
+            self.longest_extra,
         )
 
-    def search(self, source_ids, beam_size, alpha, extra_length):
+    def search(self, source_ids, beam_size, alpha, extra_length) -> BeamSearchResult:
+        """The n-best hypotheses of source ids for a checked request search."""
         if self._compiled_search is None:
-            return self._best_hypotheses(source_ids, beam_size, alpha, extra_length)
-        # XLA compiles once per source shape, beam size and extra length: padding the width and
-        # the batch to buckets bounds the shapes. The outputs are cut back to
-        # the request's rows and to the unpadded width's budget (§6.1's limits count non-PAD ids,
+            return n_best_hypotheses(
+                self.model, source_ids, beam_size, alpha, extra_length, self.constraint
+            )
+        # XLA compiles once per source shape and beam size (a Python int per branch): padding
+        # the width and the batch to buckets bounds the shapes. The outputs are cut back to the
+        # request's rows and to the unpadded width's budget (§6.1's limits count non-PAD ids,
         # so the columns cut are PAD): the same as without XLA.
-        # Tensors, not Python numbers, so that every signature calls the one traced search, and a
-        # shape compiled for one (say, by a warm-up request) serves them all.
-        beam_size = tf.convert_to_tensor(beam_size, tf.int32)
         alpha = tf.convert_to_tensor(alpha, tf.float32)
         extra_length = tf.convert_to_tensor(extra_length, tf.int32)
         max_length = self.model.config.max_length
         batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
-        target_ids, scores = self._compiled_search(padded, beam_size, alpha, extra_length)
-        return target_ids[:batch, : tf.minimum(width + extra_length, max_length)], scores[:batch]
+        branches = [
+            functools.partial(self._compiled_search, padded, beam, alpha, extra_length)
+            for beam in self.beam_sizes
+        ]
+        which = tf.argmax(
+            tf.cast(tf.equal(beam_size, self.beam_sizes), tf.int32), output_type=tf.int32
+        )
+        result = tf.switch_case(which, branches)
+        out = tf.minimum(width + extra_length, max_length)
+        return BeamSearchResult(
+            result.ids[:batch, :, :out], *(tensor[:batch] for tensor in result[1:])
+        )
 
-    def translate(self, text, beam_size, alpha, extra_length):
-        target_ids, scores = self.search(self.source_ids(text), beam_size, alpha, extra_length)
-        return {"translations": self.tokenizer.detokenize(target_ids), "scores": scores}
+    def translate(self, text, beam_size, alpha, extra_length, n_best=False):
+        """The best translation of each string and its score; with `n_best`, every hypothesis
+        kept, with its score and log-probability, too."""
+        result = self.search(self.source_ids(text), beam_size, alpha, extra_length)
+        target_ids, scores = best_of(result, beam_size)
+        outputs = {"translations": self.tokenizer.detokenize(target_ids), "scores": scores}
+        if n_best:
+            shape = tf.shape(result.ids)
+            texts = self.tokenizer.detokenize(tf.reshape(result.ids, [-1, shape[2]]))
+            outputs["n_best_translations"] = tf.reshape(texts, shape[:2])
+            outputs["n_best_scores"] = result.scores
+            outputs["n_best_log_probs"] = result.log_probs
+        return outputs
+
+    def checked(self, beam_size, extra_length):
+        return checked_request_search(beam_size, extra_length, self.beam_sizes, self.longest_extra)
 
     @tf.function(input_signature=[TEXT])
     def serve_text(self, text):
@@ -141,13 +203,14 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):
-        beam_size, extra_length = checked_request_search(beam_size, extra_length)
-        return self.translate(text, beam_size, alpha, extra_length)
+        beam_size, extra_length = self.checked(beam_size, extra_length)
+        return self.translate(text, beam_size, alpha, extra_length, n_best=True)
 
     @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
     def serve_ids(self, source_ids, beam_size, alpha, extra_length):
-        beam_size, extra_length = checked_request_search(beam_size, extra_length)
-        target_ids, scores = self.search(source_ids, beam_size, alpha, extra_length)
+        beam_size, extra_length = self.checked(beam_size, extra_length)
+        result = self.search(source_ids, beam_size, alpha, extra_length)
+        target_ids, scores = best_of(result, beam_size)
         return {"target_ids": target_ids, "scores": scores}
 
     def signatures(self):

@@ -14,7 +14,8 @@ from keras_transformer.analysis import evaluation
 from keras_transformer.analysis.attention_plot import attention_maps
 from keras_transformer.analysis.evaluation import corpus_scores, task, tune_alpha
 from keras_transformer.config import ConfigError
-from keras_transformer.decoding.translator import Translator, load_run, pad_to_bucket
+from keras_transformer.decoding.forced import forced_decode
+from keras_transformer.decoding.translator import EMPTY, Translator, load_run, pad_to_bucket
 from pipelines import SubwordTokenizer
 from pipelines.corpus import read_lines
 
@@ -252,3 +253,97 @@ def test_average_command_writes_the_weights_translation_then_uses(run_dir, tmp_p
     averaged = run / "averaged-last3.weights.h5"
     assert averaged.is_file() and (run / "averaged-last2.weights.h5").is_file()
     assert load_run(run).weights_path == averaged  # the average made last
+
+
+def n_best_lines(text):
+    """Lines `INDEX ||| TEXT ||| SCORE ||| LOG_PROB [||| ALIGNMENT]` as tuples."""
+    rows = [line.split(" ||| ") for line in text.splitlines()]
+    return [(int(r[0]), r[1], float(r[2]), float(r[3]), *r[4:]) for r in rows]
+
+
+def test_n_best_hypotheses_are_the_searchs_best_first_with_their_scores(translator):
+    n_best = translator.translate_n_best(SENTENCES, 3, beam_size=3, extra_length=EXTRA)
+    assert n_best[2] == [EMPTY]
+    best = translator.translate(SENTENCES, 3, extra_length=EXTRA)
+    assert [hypotheses[0].text for hypotheses in n_best] == best
+    source = pad_to_bucket(translator.encode_sentences(SENTENCES[:1]))
+    result = translator.decode_n_best(source, 3, extra_length=EXTRA)
+    np.testing.assert_allclose([h.score for h in n_best[0]], result.scores[0], rtol=1e-5)
+    np.testing.assert_allclose([h.log_prob for h in n_best[0]], result.log_probs[0], rtol=1e-5)
+    texts = translator.tokenizer.detokenize(result.ids[0]).numpy()
+    assert [h.text for h in n_best[0]] == [t.decode() for t in texts]
+
+
+def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
+    run_dir, tmp_path, translator
+):
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    output = tmp_path / "out.de"
+    arguments = ["--model", str(run_dir), "--input", str(source), "--output", str(output)]
+    search = ["--beam", "3", "--extra-length", str(EXTRA)]
+    cli.main(["translate", *arguments, *search, "--n-best", "3", "--alignments"])
+    lines = n_best_lines(output.read_text(encoding="utf-8"))
+    expected = translator.translate_n_best(
+        SENTENCES, 3, beam_size=3, extra_length=EXTRA, alignments=True
+    )
+    flat = [(i, *h) for i, hypotheses in enumerate(expected) for h in hypotheses]
+    assert [line[:2] + line[4:] for line in lines] == [(i, t, a) for i, t, _, _, a in flat]
+    np.testing.assert_allclose([line[2:4] for line in lines], [f[2:4] for f in flat], atol=1e-5)
+    assert [line[0] for line in lines if line[0] == 2] == [2]  # the empty line: one hypothesis
+    for index, text, *_, alignment in lines:
+        words = (len(SENTENCES[index].split()), len(text.split()))
+        for pair in alignment.split():
+            i, j = map(int, pair.split("-"))
+            assert i < words[0] and j < words[1]
+    cli.main(["translate", *arguments, *search, "--scores"])
+    best = [next(line for line in lines if line[0] == i)[:4] for i in range(len(SENTENCES))]
+    assert n_best_lines(output.read_text(encoding="utf-8")) == best
+
+
+def test_n_best_beyond_the_beam_is_a_clear_error(run_dir, tmp_path):
+    (tmp_path / "in.en").write_text("A dog.\n", encoding="utf-8")
+    arguments = ["--model", str(run_dir), "--input", str(tmp_path / "in.en")]
+    with pytest.raises(SystemExit, match="n-best 5 must be 1 to the beam size 4"):
+        cli.main(["translate", *arguments, "--n-best", "5", "--beam", "4"])
+
+
+def test_score_command_scores_given_translations_by_forced_decoding(run_dir, tmp_path, translator):
+    sources = ["A dog runs.", "", "Two men play football."]
+    targets = ["Ein Hund rennt.", "Nichts.", ""]
+    (tmp_path / "src").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("\n".join(targets) + "\n", encoding="utf-8")
+    output = tmp_path / "scores"
+    files = ["--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt")]
+    cli.main(["score", "--model", str(run_dir), *files, "--output", str(output), "--alpha", "1"])
+    lines = n_best_lines(output.read_text(encoding="utf-8"))
+    assert [(i, t) for i, t, *_ in lines] == list(enumerate(targets))
+    source_ids = pad_to_bucket(translator.encode_sentences(sources))
+    target_ids = translator._target_ids(targets, "target")
+    forced = forced_decode(translator.model, source_ids, pad_to_bucket(target_ids))
+    np.testing.assert_allclose([line[3] for line in lines], forced.log_probs, atol=1e-5)
+    lengths = np.array([len(ids) for ids in target_ids])  # EOS included
+    np.testing.assert_allclose(
+        [line[2] for line in lines], forced.log_probs / ((5 + lengths) / 6), atol=1e-5
+    )
+
+
+def test_score_command_names_the_target_line_too_long_and_a_count_mismatch(run_dir, tmp_path):
+    (tmp_path / "src").write_text("A dog.\nA cat.\n", encoding="utf-8")
+    (tmp_path / "tgt").write_text("Ein Hund.\n" + "Hund " * 40 + "\n", encoding="utf-8")
+    files = ["--source", str(tmp_path / "src"), "--target", str(tmp_path / "tgt")]
+    with pytest.raises(SystemExit, match=r"tgt, line 2: \d+ subwords with EOS, more than"):
+        cli.main(["score", "--model", str(run_dir), *files])
+    (tmp_path / "tgt").write_text("Ein Hund.\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="line counts differ"):
+        cli.main(["score", "--model", str(run_dir), *files])
+
+
+def test_word_indices_follow_the_subword_models_word_marks(run_dir):
+    tokenizer = SubwordTokenizer(run_dir / "subwords.model")
+    sentence = "Two youngsters splash in a fountain."
+    ids = tokenizer.tokenize(tf.constant([sentence])).to_list()[0]
+    indices = tokenizer.word_indices(ids)
+    assert indices[0] == 0 and indices[-1] == len(sentence.split()) - 1
+    assert all(b - a in (0, 1) for a, b in zip(indices, indices[1:], strict=False))
+    assert len(ids) > len(sentence.split())  # some word is split into subwords

@@ -18,7 +18,12 @@ from tensorflow_serving.apis import prediction_log_pb2
 from keras_transformer import cli
 from keras_transformer.decoding.search import SEARCH, beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run
-from keras_transformer.serving.saved_model import WARMUP_REQUESTS, versions, warmup_requests
+from keras_transformer.serving.saved_model import (
+    WARMUP_REQUESTS,
+    TranslationModule,
+    versions,
+    warmup_requests,
+)
 from keras_transformer.serving.server import ServedModel
 from keras_transformer.serving.tflite import export_tflite
 from pipelines.corpus import read_lines
@@ -144,15 +149,20 @@ for rows in (3, 4, 5, 6):
 def test_jit_export_compiles_one_program_per_row_bucket(exported_jit, tmp_path):
     """Batches of 3, 4, 5 and 6 rows run the programs compiled for 3, 4 and 6 rows: three, not
     four."""
-    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}"}
+    compiled = compiled_searches(REQUESTS_OF_ROWS, exported_jit / "1", tmp_path)
+    assert len(compiled) == 3, compiled
+
+
+def compiled_searches(script, version, dump):
+    """The searches XLA compiles in a process that runs `script` on the export `version`."""
+    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
     subprocess.run(
-        [sys.executable, "-c", REQUESTS_OF_ROWS, str(exported_jit / "1")],
+        [sys.executable, "-c", script, str(version)],
         env=environment,
         check=True,
         capture_output=True,
     )
-    compiled = list(tmp_path.glob("*best_hypotheses*.before_optimizations.txt"))
-    assert len(compiled) == 3, [path.name for path in compiled]
+    return [path.name for path in dump.glob("*n_best_hypotheses*.before_optimizations.txt")]
 
 
 def read_warmup(version):
@@ -197,7 +207,7 @@ def test_served_model_runs_the_warmup_requests_at_load(exported, exported_jit, t
     log.request.inputs["beam_size"].CopyFrom(tf.make_tensor_proto(0, tf.int32))
     with tf.io.TFRecordWriter(str(broken / "1" / WARMUP_REQUESTS)) as writer:
         writer.write(prediction_log_pb2.PredictionLog(predict_log=log).SerializeToString())
-    with pytest.raises(ValueError, match="(?s)warm-up request 1 of .*beam_size must be at least 1"):
+    with pytest.raises(ValueError, match="(?s)warm-up request 1 of .*beam_size 0 is not one of"):
         ServedModel("m30k-ende", broken)
 
 
@@ -229,7 +239,7 @@ def test_only_the_jit_export_saves_an_xla_compiled_search(exported, exported_jit
 
 
 @pytest.mark.parametrize("export", ["exported", "exported_jit"])
-@pytest.mark.parametrize("beam_size", [3, 1])
+@pytest.mark.parametrize("beam_size", [2, 1])
 def test_ids_signature_equals_keras_search(export, request, translator, beam_size):
     """Also with XLA, whose search pads the source width to a bucket and the 5 rows to 6: the same
     ids and width."""
@@ -327,3 +337,82 @@ def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path)
     for version in paths:
         assert tf.saved_model.load(version).signatures["serving_default"] is not None
     assert sorted(p.name for p in base.iterdir()) == ["1", "2"]  # nothing else left
+
+
+@pytest.mark.parametrize("export", ["exported", "exported_jit"])
+@pytest.mark.parametrize("beam_size", [2, 1])
+def test_options_signature_returns_the_translators_n_best_and_scores(
+    export, request, translator, multi30k_dir, beam_size
+):
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:5]
+    serve = tf.saved_model.load(str(request.getfixturevalue(export) / "1")).signatures
+    search = {"beam_size": beam_size, "alpha": 0.6, "extra_length": 5}
+    served = serve["translate_options"](
+        text=tf.constant(sentences), **{k: tf.constant(v) for k, v in search.items()}
+    )
+    expected = translator.translate_n_best(sentences, beam_size, **search)
+    texts = served["n_best_translations"].numpy()
+    assert texts.shape == (5, beam_size)
+    assert [[t.decode() for t in row] for row in texts] == [[h.text for h in e] for e in expected]
+    np.testing.assert_allclose(
+        served["n_best_scores"], [[h.score for h in e] for e in expected], atol=1e-4
+    )
+    np.testing.assert_allclose(
+        served["n_best_log_probs"], [[h.log_prob for h in e] for e in expected], atol=1e-4
+    )
+    # The outputs TF Serving clients already read keep their meaning.
+    assert [t.decode() for t in served["translations"].numpy()] == [e[0].text for e in expected]
+    best = [e[0].log_prob if beam_size == 1 else e[0].score for e in expected]
+    np.testing.assert_allclose(served["scores"], best, atol=1e-4)
+
+
+def test_search_outside_the_exported_set_is_invalid_argument(exported):
+    serve = tf.saved_model.load(str(exported / "1")).signatures["translate_options"]
+    text = tf.constant(["A dog."])
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"beam_size 3 is not one of those exported: 1, 2, 4, 8",
+    ):
+        serve(
+            text=text, beam_size=tf.constant(3), alpha=tf.constant(0.6), extra_length=tf.constant(5)
+        )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"extra_length 51 is not in 0\.\.50"):
+        serve(
+            text=text,
+            beam_size=tf.constant(2),
+            alpha=tf.constant(0.6),
+            extra_length=tf.constant(51),
+        )
+
+
+def test_requests_within_the_set_trace_nothing_new(translator):
+    """Every beam size of the set is traced once, at the signature's own tracing; requests of
+    any of them at any extra length run those traces."""
+    module = TranslationModule(translator.model, translator.tokenizer, jit_compile=True)
+    text = tf.constant(["A dog runs.", "People."])
+    for beam_size in module.beam_sizes:
+        for extra_length in (0, 7, module.longest_extra):
+            search = {"alpha": tf.constant(0.6), "extra_length": tf.constant(extra_length)}
+            module.serve_text_options(text, tf.constant(beam_size), **search)
+    assert module.serve_text_options.experimental_get_tracing_count() == 1
+    assert module._compiled_search.experimental_get_tracing_count() == len(module.beam_sizes)
+
+
+# Two beam sizes at three extra lengths each, one request shape, XLA dumping what it compiles.
+REQUESTS_OF_SEARCHES = """
+import sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
+serve = tf.saved_model.load(sys.argv[1]).signatures["translate_ids"]
+for beam_size in (2, 4):
+    for extra_length in (3, 9, 50):
+        search = {"alpha": tf.constant(0.6), "extra_length": tf.constant(extra_length)}
+        serve(source_ids=tf.constant([[40, 41, 2]]), beam_size=tf.constant(beam_size), **search)
+"""
+
+
+def test_jit_export_compiles_one_program_per_beam_size_whatever_the_extra_length(
+    exported_jit, tmp_path
+):
+    compiled = compiled_searches(REQUESTS_OF_SEARCHES, exported_jit / "1", tmp_path)
+    assert len(compiled) == 2, compiled
