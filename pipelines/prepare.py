@@ -265,7 +265,7 @@ def _named_corpus(dataset, data_dir, languages) -> TextPairs:
         )
     data_dir = data_dir or datasets.default_data_dir(dataset)
     defaults = datasets.default_languages(dataset, data_dir)
-    source, target = (given or default for given, default in zip(languages, defaults))
+    source, target = (given or default for given, default in zip(languages, defaults, strict=True))
     return TextPairs(datasets.corpus_files(dataset, data_dir, source, target), (source, target))
 
 

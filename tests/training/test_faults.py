@@ -296,7 +296,7 @@ def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
         file.write("Noch ein Satz.\n")
     with gzip.open(changed / "train.en.gz", "at", encoding="utf-8") as file:
         file.write("One more sentence.\n")
-    message = refusal(changed, output, "--max-steps", "6")
+    message = refusal(changed, output, "--max-steps", "6", "--set", "learning_rate_scale=0.5")
     assert "run.json was trained on other data" in message and "train.de.gz" in message
 
 
