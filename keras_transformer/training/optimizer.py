@@ -138,16 +138,18 @@ class GradientNormRecorder:
 
     A plain attribute, as `record_tokens`'s: the step and the update are traced into one
     function. Under accumulation, it is each micro-batch's gradient's norm; under
-    `MirroredStrategy`, the first replica's share's, before the replicas' sum.
+    `MirroredStrategy`, the first replica's share's, before the replicas' sum. On JAX, whose
+    step is stateless, none is kept (the divergence guard watches the loss alone there).
     """
 
     _gradient_norm = None
 
     def apply(self, grads, trainable_variables=None):
-        import tensorflow as tf  # global_norm also takes an embedding's IndexedSlices
-
         present = [g for g in grads if g is not None]
-        self._gradient_norm = tf.linalg.global_norm(present) if present else None
+        if present and keras.backend.backend() == "tensorflow":  # JAX's step keeps no norm
+            import tensorflow as tf  # global_norm also takes an embedding's IndexedSlices
+
+            self._gradient_norm = tf.linalg.global_norm(present)
         super().apply(grads, trainable_variables)
 
     def take_gradient_norm(self):

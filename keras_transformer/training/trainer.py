@@ -138,7 +138,8 @@ def compile_model(
     # Adam's moments made now, not in the first traced step: a step that creates variables is
     # traced a second time to run without creating them, seconds of tracing for nothing.
     model.optimizer.build(model.trainable_variables)
-    model.train_step = _logs_with_gradient_norm(model.train_step, model)
+    if keras.backend.backend() == "tensorflow":  # JAX's step is stateless: no norm kept there
+        model.train_step = _logs_with_gradient_norm(model.train_step, model)
     return model
 
 
