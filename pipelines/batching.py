@@ -152,7 +152,7 @@ def bucket_by_token_budget(batch_tokens, max_length, boundaries=None, pad_batche
 
     def split(pairs, batch_rows, widths):
         def batch(start, count, width):
-            rows_out = batch_tokens // width if pad_batches else count
+            rows_out = tf.maximum(batch_tokens // width, count) if pad_batches else count
             return tf.nest.map_structure(
                 lambda side: side[start : start + count].to_tensor(PAD_ID, shape=[rows_out, width]),
                 pairs,

@@ -107,6 +107,14 @@ def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
     assert keyed(batches_of(ours)) == keyed(reference)
 
 
+def test_a_budget_below_a_bucket_width_still_batches_its_pairs_one_a_batch(train_slice, tokenizer):
+    dataset = make_translation_dataset(
+        *train_slice, tokenizer, 24, MAX_LENGTH, shuffle=False, pad_batches=True
+    )
+    rows = [int(np.sum(source[:, 0] != 0)) for source, _, _ in batches(dataset)]
+    assert sum(rows) == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
+
+
 def test_over_length_pairs_are_counted(train_slice, tokenizer):
     assert count_over_length(*train_slice, tokenizer, max_length=12) > 100
     assert count_over_length(*train_slice, tokenizer, max_length=200) == 0
