@@ -239,6 +239,10 @@ def handler_class(server):
                 raise bad_request("JSON Parse error: nested too deeply") from None
 
         def _serve(self, method):
+            with server.replying():
+                self._answer(method)
+
+        def _answer(self, method):
             try:
                 data, content_type = self._route(method)
                 self._reply(HTTPStatus.OK, data, content_type)

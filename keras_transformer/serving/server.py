@@ -81,6 +81,7 @@ class ModelServer:
         self.metrics = ServingMetrics()
         self.scheduler = BatchScheduler(batching or BatchingParameters(), self.metrics)
         self._in_flight = 0
+        self._replies_open = 0
         self._draining = False
         self._changed = threading.Condition()
         try:
@@ -150,6 +151,19 @@ class ModelServer:
                 self._in_flight -= 1
                 self._changed.notify_all()
 
+    @contextmanager
+    def replying(self):
+        """A REST reply being made and written: a drain waits until its last byte is sent, so
+        the process does not end between a reply's headers and its body."""
+        with self._changed:
+            self._replies_open += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._replies_open -= 1
+                self._changed.notify_all()
+
     def predict(
         self, api, name, version, label, signature_name, to_arrays, deadline=None, on_cancel=None
     ) -> dict:
@@ -212,7 +226,9 @@ class ModelServer:
         grpc_stopped = self._grpc.stop(grace=timeout)  # no new RPCs; those running go on
         self.scheduler.close(timeout)  # the queued requests are computed at once
         with self._changed:
-            self._changed.wait_for(lambda: self._in_flight == 0, timeout)
+            self._changed.wait_for(
+                lambda: self._in_flight == 0 and self._replies_open == 0, timeout
+            )
         grpc_stopped.wait(timeout)
         logger.info("stopped")
 

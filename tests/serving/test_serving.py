@@ -9,6 +9,7 @@ import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler
 
 import grpc
 import pytest
@@ -381,3 +382,31 @@ def test_drain_answers_the_requests_in_flight_then_stops(model):
         assert [r.result()[0] for r in replies] == [200, 200, 200]
     with pytest.raises(urllib.error.URLError):
         http(server, f"/v1/models/{NAME}")
+
+
+def test_drain_waits_for_a_reply_still_being_written(model, monkeypatch):
+    # The reply stops between its headers and its body: a process that ended when the drain
+    # returned would cut it there.
+    body_may_go = threading.Event()
+    end_headers = BaseHTTPRequestHandler.end_headers
+
+    def end_headers_then_wait(handler):
+        end_headers(handler)
+        body_may_go.wait(timeout=120)
+
+    monkeypatch.setattr(BaseHTTPRequestHandler, "end_headers", end_headers_then_wait)
+    server = started(model)
+    answered = {"api": "rest", "status": "OK"}
+    with ThreadPoolExecutor(2) as pool:
+        reply = pool.submit(http, server, PREDICT, {"instances": ["A dog runs."]})
+        wait_until(
+            lambda: server.metrics.registry.get_sample_value(
+                "keras_transformer_serving_requests_total", answered
+            )
+        )
+        drain = pool.submit(server.drain, 120)
+        with pytest.raises(TimeoutError):
+            drain.result(timeout=2)
+        body_may_go.set()
+        assert reply.result()[0] == 200
+        drain.result(timeout=120)
