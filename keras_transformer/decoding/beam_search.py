@@ -16,7 +16,11 @@ axis; state that is the same for all hypotheses of a sentence (the encoder outpu
 function's closure, not in the cache, so it is never copied.
 
 Every shape in the loop is fixed (`max_decode_length` + 1 positions, preallocated), so the search
-runs in a `tf.while_loop`, inside a SavedModel, and under XLA.
+runs in a `tf.while_loop`, inside a SavedModel, and under XLA. Given the axis along which each
+cache tensor holds positions (`position_axes`), the cache instead grows by blocks of
+`CACHE_BLOCK` positions, one loop per block: re-ranking then gathers, and attention reads, the
+blocks written so far rather than the whole preallocated cache, which would cost a step as much
+as the model's matrix products.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
 alive ones by every token, keeps the `2 × beam` best candidates, sends those ending in EOS (or at
@@ -45,6 +49,9 @@ from pipelines.tokenizer import EOS_ID, PAD_ID
 
 # Large and finite: -inf would turn "-inf - -inf" into NaN in the score arithmetic.
 NEG_INF = -1e9
+# The cache grows along its positions by blocks of this many: a step reorders, and attends
+# over, the blocks written so far, not the whole preallocated cache.
+CACHE_BLOCK = 16
 
 
 def without_tokens(scores, token_ids, vocab_axis=-1):
@@ -109,6 +116,39 @@ def _reorder_cache(cache, parents, beam_size):
     return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
 
 
+def _block_ends(position_axes, max_decode_length):
+    """The steps at which the cache grows by a block: `CACHE_BLOCK`, 2 `CACHE_BLOCK`, ... up to
+    `max_decode_length`; one block of all positions without position axes or a static length."""
+    if position_axes is None or not isinstance(max_decode_length, int):
+        return [max_decode_length]
+    return [
+        min(end, max_decode_length)
+        for end in range(CACHE_BLOCK, max_decode_length + CACHE_BLOCK, CACHE_BLOCK)
+    ]
+
+
+def _positions(cache, position_axes, start, end):
+    """Each tensor of `cache` cut to positions `start` to `end` along its position axis."""
+    if position_axes is None:
+        return cache
+    return tf.nest.map_structure(
+        lambda t, axis: t if axis is None else t[(slice(None),) * axis + (slice(start, end),)],
+        cache,
+        position_axes,
+    )
+
+
+def _grown(cache, initial_cache, position_axes, start, end):
+    """`cache` with the initial (unwritten) positions `start` to `end` appended."""
+    added = _positions(initial_cache, position_axes, start, end)
+    return tf.nest.map_structure(
+        lambda t, more, axis: t if axis is None else tf.concat([t, more], axis),
+        cache,
+        added,
+        position_axes,
+    )
+
+
 def beam_search(
     symbols_to_logits_fn,
     initial_ids,
@@ -119,6 +159,7 @@ def beam_search(
     max_lengths=None,
     eos_id=EOS_ID,
     banned_ids=(),
+    position_axes=None,
 ) -> BeamSearchResult:
     """Batched beam search; see the module docstring.
 
@@ -135,6 +176,11 @@ def beam_search(
             §6.1 sets it to the input length + 50.
         eos_id: the token that ends a hypothesis.
         banned_ids: tokens never generated (`without_tokens`).
+        position_axes: optional nest matching `initial_cache`: for each tensor, the axis of
+            the positions `symbols_to_logits_fn` writes at `step`, or None. The cache then
+            grows by blocks of `CACHE_BLOCK` positions (a loop per block, each of fixed
+            shapes), and `symbols_to_logits_fn` must take it of any length from `step + 1`
+            on; the results are the same.
 
     Returns:
         A `BeamSearchResult`.
@@ -205,6 +251,7 @@ def beam_search(
         )
         return (state.step < max_decode_length) & tf.reduce_any(open_sentences)
 
+    ends = _block_ends(position_axes, max_decode_length)
     first_ids = tf.fill([batch_size, beam_size, buffer_length], PAD_ID)
     first_ids = write_at(first_ids, 0, tf.tile(initial_ids[:, None], [1, beam_size]))
     only_first_beam = tf.concat([[0.0], tf.fill([beam_size - 1], NEG_INF)], axis=0)
@@ -216,14 +263,20 @@ def beam_search(
         finished_scores=tf.fill([batch_size, beam_size], NEG_INF),
         finished_log_probs=tf.fill([batch_size, beam_size], NEG_INF),
         finished_lengths=tf.zeros([batch_size, beam_size], tf.int32),
-        cache=initial_cache,
+        cache=_positions(initial_cache, position_axes, 0, ends[0]),
     )
-    (final,) = tf.while_loop(
-        can_improve,
-        lambda state: (step_fn(state),),
-        (initial,),
-        maximum_iterations=max_decode_length,
-    )
+    final = initial
+    for start, end in zip([0, *ends], ends, strict=False):
+        if start:
+            final = final._replace(
+                cache=_grown(final.cache, initial_cache, position_axes, start, end)
+            )
+        (final,) = tf.while_loop(
+            lambda state, end=end: can_improve(state) & (state.step < end),
+            lambda state: (step_fn(state),),
+            (final,),
+            maximum_iterations=end - start,
+        )
     return BeamSearchResult(
         ids=final.finished_ids[:, :, 1:],
         scores=final.finished_scores,

@@ -31,7 +31,7 @@ from keras_transformer.decoding.beam_search import (
     write_at,
 )
 from keras_transformer.decoding.ensemble import decoding_members, mean_distribution
-from keras_transformer.layers.decoder_layer import REORDERED_CACHE_KEYS
+from keras_transformer.layers.decoder_layer import REORDERED_CACHE_AXES, REORDERED_CACHE_KEYS
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # §6.1: "maximum output length during inference to input length + 50".
@@ -173,6 +173,14 @@ def _member_step(model, source_ids, copies, length, cached):
     return make_step(model, encoder_output, source_mask, length)
 
 
+def _position_axes(cache, cached):
+    """The position axis of each tensor of one Transformer's cache (`beam_search`'s
+    `position_axes`): the self-attention keys' and values', or the uncached prefix's."""
+    if cached:
+        return tuple({key: REORDERED_CACHE_AXES[key] for key in layer} for layer in cache)
+    return 1
+
+
 def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, longest_extra):
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     length = max_decode_length(model, source_ids, longest_extra or extra_length)
@@ -182,15 +190,18 @@ def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, 
     ]
     if len(members) == 1:
         step_fn, cache = members[0]
+        axes = _position_axes(cache, cached)
     else:
         step_fns, caches = zip(*members, strict=True)
         step_fn, cache = mean_distribution(step_fns), caches
+        axes = tuple(_position_axes(member_cache, cached) for member_cache in caches)
     limits = max_output_lengths(source_ids, extra_length, length)
     if constraint is not None:
         rows = tf.repeat(source_ids, copies, axis=0), tf.repeat(limits, copies, axis=0)
         step_fn, cache = constraint(step_fn, cache, *rows)
+        axes = constraint.position_axes(axes)
     first_ids = tf.fill([tf.shape(source_ids)[0]], BOS_ID)
-    return step_fn, first_ids, cache, length, limits
+    return step_fn, first_ids, cache, length, limits, axes
 
 
 def greedy_decode(
@@ -206,12 +217,13 @@ def greedy_decode(
 
     `constraint`: optional `(symbols_to_logits, cache, source_ids, max_lengths) ->
     (symbols_to_logits, cache)` that restricts the outputs, such as
-    `tree_constraint.WellFormedTrees`.
+    `tree_constraint.WellFormedTrees`, with a method `position_axes(axes)` giving the position
+    axes of its cache from those of the cache it wraps (`beam_search.beam_search`).
     `longest_extra`: a Python int ≥ `extra_length` that sizes the buffers in its place, so that
     a tensor `extra_length` (a request's) sets each sentence's limit without fixing a shape:
     one XLA program serves every extra length up to it, with the same results.
     """
-    step_fn, first_ids, cache, length, limits = _search_inputs(
+    step_fn, first_ids, cache, length, limits, _ = _search_inputs(
         model, source_ids, extra_length, 1, cached, constraint, longest_extra
     )
     return greedy_search(step_fn, first_ids, cache, length, limits, NEVER_GENERATED)
@@ -230,11 +242,19 @@ def beam_decode(
     """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
     `constraint` and `longest_extra` as for `greedy_decode`, with one source row per
     hypothesis."""
-    step_fn, first_ids, cache, length, limits = _search_inputs(
+    step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
     )
     return beam_search(
-        step_fn, first_ids, cache, beam_size, alpha, length, limits, banned_ids=NEVER_GENERATED
+        step_fn,
+        first_ids,
+        cache,
+        beam_size,
+        alpha,
+        length,
+        limits,
+        banned_ids=NEVER_GENERATED,
+        position_axes=axes,
     )
 
 

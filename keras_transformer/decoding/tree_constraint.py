@@ -130,6 +130,12 @@ class WellFormedTrees:
 
         return constrained, (state, cache)
 
+    @staticmethod
+    def position_axes(inner_axes):
+        """The position axes of the wrapped cache (`search.greedy_decode`'s `constraint`): none
+        for the per-hypothesis counts, the inner cache's own."""
+        return (None, None), inner_axes
+
     def _is_open(self, ids):
         return tf.reduce_any(ids[..., None] == tf.constant(self.open_ids, tf.int32), axis=-1)
 

@@ -26,9 +26,11 @@ from keras_transformer.layers.encoder_layer import EncoderLayer
 from keras_transformer.layers.masks import decode_step_attention_mask
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 
-# The cache entries that follow a hypothesis when beam search re-ranks them; the cross entries
-# are the same for every hypothesis of a sentence.
-REORDERED_CACHE_KEYS = ("self_key", "self_value")
+# The cache entries that follow a hypothesis when beam search re-ranks them, each with the axis
+# of its positions (of which beam search reorders those written); the cross entries are the same
+# for every hypothesis of a sentence.
+REORDERED_CACHE_AXES = {"self_key": 3, "self_value": 2}
+REORDERED_CACHE_KEYS = tuple(REORDERED_CACHE_AXES)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

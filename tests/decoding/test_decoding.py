@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.decoding import beam_search as beam_search_module
 from keras_transformer.decoding.beam_search import NEG_INF, beam_search, length_penalty
 from keras_transformer.decoding.search import (
     MIN_SLICE_ROWS,
@@ -214,6 +215,25 @@ def test_xla_compiled_search_gives_the_same_translations(model):
     np.testing.assert_array_equal(compiled[0], plain[0])
     np.testing.assert_allclose(compiled[1], plain[1], atol=1e-4)
     np.testing.assert_array_equal(compiled[2], plain[2])
+
+
+def test_cache_grown_by_blocks_gives_the_preallocated_cache_results(model, monkeypatch):
+    # Sentence limits of 41 to 59 tokens and hypotheses of 1 to 59 in one batch: the cache grows
+    # through four blocks, and sentences stop in different ones. XLA, the fast path, against
+    # the whole preallocated cache.
+    source = tf.constant(padded([*SOURCES, [*range(3, 21), EOS_ID], [EOS_ID]]))
+
+    def search(source_ids):
+        result = beam_decode(model, source_ids, beam_size=3, extra_length=40)
+        return result.ids, result.scores, result.lengths
+
+    assert 3 * beam_search_module.CACHE_BLOCK < 59
+    grown = tf.function(search, jit_compile=True)(source)
+    monkeypatch.setattr(beam_search_module, "CACHE_BLOCK", 10**6)  # one block: preallocated
+    preallocated = tf.function(search)(source)
+    assert set(np.ravel(preallocated[2])) >= {1, 59}
+    np.testing.assert_array_equal(grown[0], preallocated[0])
+    np.testing.assert_allclose(grown[1], preallocated[1], atol=1e-4)
 
 
 def calls_and_their_ancestors(graph):
