@@ -210,7 +210,7 @@ def _run_corpus(args):
 
 def _evaluate(args):
     from keras_transformer import run_directory
-    from keras_transformer.analysis.evaluation import evaluate_corpus, task, tune_alpha
+    from keras_transformer.analysis.evaluation import evaluate_corpus, tune_alpha
     from pipelines.datasets import default_split
 
     run, dataset, _, files = _run_corpus(args)
@@ -219,7 +219,7 @@ def _evaluate(args):
     split = "validation" if split == "val" else split
     if split not in files:
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
-    scoring = task(dataset, target, run.get("lowercase", False))
+    scoring = _task(args.model)
     search = _search(args, scoring.search)
     if args.tune_alpha and (args.alpha is not None or search["beam_size"] < 2):
         raise SystemExit("--tune-alpha needs a beam search (--beam 2 or more) and no --alpha")
@@ -784,7 +784,7 @@ def _add_prepare(commands):
     )
     source.add_argument(
         "--dataset",
-        help="multi30k or wmt14, as `train --dataset` reads them, with their splits",
+        help="multi30k, wmt14 or ptb, as `train --dataset` reads them, with their splits",
     )
     for split in ("validation", "test"):
         prepare.add_argument(
@@ -806,7 +806,11 @@ def _add_prepare(commands):
     prepare.add_argument("--src-lang", help="source language: a label; for --tfds, its feature")
     prepare.add_argument("--tgt-lang", help="target language: a label; for --tfds, its feature")
     prepare.add_argument("--output", type=Path, required=True, help="the prepared directory")
-    prepare.add_argument("--vocabulary", default="bpe", choices=["bpe", "unigram", "wordpiece"])
+    prepare.add_argument(
+        "--vocabulary",
+        choices=["bpe", "unigram", "word", "wordpiece"],
+        help="default bpe (§5.1), or word for ptb (§6.3's word vocabulary)",
+    )
     prepare.add_argument("--vocab-size", type=at_least(8), default=8000)
     prepare.add_argument(
         "--max-length",

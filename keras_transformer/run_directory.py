@@ -4,7 +4,9 @@
                          training hyperparameters with --allow-training-changes)
     run.json             the data and run settings, and any training changes made on resume
     subwords.model       the shared subword vocabulary (§5.1), trained on the training split
-                         (or a copy of `--subwords`: a teacher's, say, or one for every worker)
+                         (or a copy of `--subwords`: a teacher's, say, or one for every worker,
+                         or of a prepared corpus's, `train --data`)
+    subwords.vocab.txt   in its place, a prepared corpus's WordPiece vocabulary
     backup/              Keras BackupAndRestore state: resume after a crash or kill -9
     checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
     logs/                TensorBoard
@@ -45,6 +47,7 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 SETTINGS_FILE = "run.json"
 SUBWORDS_FILE = "subwords.model"
+WORDPIECE_SUBWORDS_FILE = "subwords.vocab.txt"  # `SubwordTokenizer` knows WordPiece by its suffix
 BACKUP_DIR = "backup"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
@@ -55,7 +58,7 @@ WORKERS_DIR = "workers"
 LOCK_FILE = "train.lock"
 # What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
 WEIGHTS_STATE = (BACKUP_DIR, CHECKPOINTS_DIR, FINAL_WEIGHTS)
-TRAINED_STATE = (SUBWORDS_FILE, *WEIGHTS_STATE)
+TRAINED_STATE = (SUBWORDS_FILE, WORDPIECE_SUBWORDS_FILE, *WEIGHTS_STATE)
 CHECKPOINT_PATTERN = re.compile(r"ckpt-(\d+)\.weights\.h5$")
 
 # Hyperparameters of the batches and the objective, not of the model or of Eq. 3's schedule: a
@@ -287,11 +290,23 @@ def adopt_subwords(run):
 
 
 def hold_subwords(run_dir, source) -> Path:
-    """The run's vocabulary file, a copy of `source` unless the run holds one already."""
-    held = Path(run_dir) / SUBWORDS_FILE
+    """The run's vocabulary file, a copy of `source` (a SentencePiece model, or a WordPiece
+    vocabulary, `*.vocab.txt`) unless the run holds one already."""
+    from pipelines.tokenizer import WORDPIECE_SUFFIX
+
+    held = subwords_path(run_dir)
     if not held.exists():
+        wordpiece = Path(source).name.endswith(WORDPIECE_SUFFIX)
+        held = Path(run_dir) / (WORDPIECE_SUBWORDS_FILE if wordpiece else SUBWORDS_FILE)
         write_atomically(held, lambda partial: shutil.copyfile(source, partial))
     return held
+
+
+def subwords_path(run_dir) -> Path:
+    """The vocabulary file of a run: its WordPiece vocabulary where it holds one, else its
+    SentencePiece model (which may not exist yet)."""
+    wordpiece = Path(run_dir) / WORDPIECE_SUBWORDS_FILE
+    return wordpiece if wordpiece.exists() else Path(run_dir) / SUBWORDS_FILE
 
 
 # -- weights --------------------------------------------------------------------------------

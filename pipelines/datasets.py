@@ -8,7 +8,8 @@
   "words" to "tree"; splits train / validation / test.
 - "prepared": a corpus of any language pair that `keras-transformer prepare` tokenized into
   shards (`pipelines.prepare`); its languages are the manifest's, and its files here are the
-  text of the splits it kept as text (validation, test), for BLEU.
+  text of the splits it kept as text (validation, test), for BLEU. Prepared from one of the
+  above (`prepare --dataset ptb`), it has that one's task (`task_dataset`).
 """
 
 import dataclasses
@@ -80,6 +81,14 @@ def default_languages(dataset, data_dir=None) -> tuple[str, str]:
 def vocabulary_kind(dataset) -> str:
     """The `kind` of `dataset`'s shared vocabulary: "bpe" or "word"."""
     return _dataset(dataset).vocabulary
+
+
+def task_dataset(dataset, data_dir) -> str:
+    """The dataset whose task (and so search and scores) a run of `dataset` learns: for a
+    prepared corpus the one it was prepared from, if any (ptb: parsing), else `dataset`."""
+    if dataset == "prepared":
+        return prepared.source_dataset(data_dir) or dataset
+    return dataset
 
 
 def default_split(dataset) -> str:

@@ -11,8 +11,9 @@ The input (`corpus`) is one of:
 
 `prepare` first checks the whole input (files there and not empty, UTF-8, line counts that
 align, one tab a TSV line: errors name the file, the line and the value at fault). It then
-trains the shared vocabulary once on the training split (BPE by default, as the paper; on a
-random sample of `sample_sentences` sentences of a larger split), tokenizes every split in the
+trains the shared vocabulary once on the training split (BPE by default, as the paper, or for
+the parsing corpus "ptb" its word vocabulary, as `train --dataset ptb` learns it; on a random
+sample of `sample_sentences` sentences of a larger split), tokenizes every split in the
 graph, appends EOS, drops pairs with an empty side and pairs longer than `max_length` (counted by
 reason, never an error, unless a split loses every pair), and writes the format that
 `pipelines.prepared` describes, `manifest.json` last.
@@ -65,6 +66,7 @@ SIDES = ("source", "target")
 VOCABULARY_FILES = {
     "bpe": "subwords.model",
     "unigram": "subwords.model",
+    "word": "subwords.model",  # SentencePiece's word model: §6.3's parsing vocabulary
     "wordpiece": f"subwords{WORDPIECE_SUFFIX}",
 }
 READ_BATCH = 4096  # sentences read, tokenized and written a step
@@ -78,10 +80,13 @@ SPLIT_ORDER = ("train", "validation", "test")
 
 @dataclasses.dataclass
 class TextPairs:
-    """Aligned text files, plain or .gz: `{split: (source_path, target_path)}`."""
+    """Aligned text files, plain or .gz: `{split: (source_path, target_path)}`; `dataset`: the
+    corpus of the trainer's registry they are (`pipelines.datasets`), if any, which the manifest
+    records, so that a run on the shards learns its task (ptb: parsing, §6.3)."""
 
     files: dict
     languages: tuple[str, str] = SIDES
+    dataset: str | None = None
     kind = "text"
 
     def describe(self) -> dict:
@@ -90,7 +95,8 @@ class TextPairs:
             for split, paths in self.files.items()
             for side, path in zip(SIDES, paths, strict=True)
         }
-        return {"kind": self.kind, "inputs": inputs}
+        named = {"dataset": self.dataset} if self.dataset else {}
+        return {"kind": self.kind, **named, "inputs": inputs}
 
     def check(self) -> dict[str, int]:
         return {split: _aligned_line_count(*paths) for split, paths in self.files.items()}
@@ -258,15 +264,27 @@ def _named_corpus(dataset, data_dir, languages) -> TextPairs:
     where it is missing, as `train` does)."""
     from pipelines import datasets
 
-    if datasets.vocabulary_kind(dataset) != "bpe":
-        raise CorpusError(
-            f"{dataset} trains a {datasets.vocabulary_kind(dataset)}-level vocabulary, which "
-            f"prepare does not make: train --dataset {dataset} reads its text"
-        )
     data_dir = data_dir or datasets.default_data_dir(dataset)
     defaults = datasets.default_languages(dataset, data_dir)
     source, target = (given or default for given, default in zip(languages, defaults, strict=True))
-    return TextPairs(datasets.corpus_files(dataset, data_dir, source, target), (source, target))
+    files = datasets.corpus_files(dataset, data_dir, source, target)
+    return TextPairs(files, (source, target), dataset)
+
+
+def _vocabulary_kind(corpus, asked) -> str:
+    """The vocabulary `prepare` trains for `corpus`: `asked`, else its dataset's kind (ptb:
+    word), else BPE. A dataset of word vocabulary takes no other: the parser's search and tree
+    repair count the input's words, one id each (`train --dataset ptb` trains the same)."""
+    from pipelines import datasets
+
+    named = getattr(corpus, "dataset", None)
+    own = datasets.vocabulary_kind(named) if named else None
+    if own == "word" and asked not in (None, own):
+        raise CorpusError(
+            f"{named} needs a word vocabulary (one token per word, as `train --dataset {named}` "
+            f"trains), not {asked}: drop --vocabulary"
+        )
+    return asked or own or "bpe"
 
 
 def _text_corpus(files, languages) -> TextPairs:
@@ -576,7 +594,7 @@ def _checked_options(vocabulary, vocab_size, max_length, shard_pairs, sample_sen
     if vocabulary not in VOCABULARY_FILES:
         raise CorpusError(f"unknown vocabulary {vocabulary!r}; kinds: {sorted(VOCABULARY_FILES)}")
     if lowercase and vocabulary == "wordpiece":
-        raise CorpusError("lowercase needs a SentencePiece vocabulary (bpe or unigram)")
+        raise CorpusError("lowercase needs a SentencePiece vocabulary (bpe, unigram or word)")
     minimums = {"vocab_size": 8, "max_length": 2, "shard_pairs": 1, "sample_sentences": 2}
     values = {
         "vocab_size": vocab_size,
@@ -635,6 +653,8 @@ def _existing_manifest(output_dir) -> dict | None:
 def _reused(existing, head, output_dir) -> dict:
     """The existing manifest, if it was prepared from the same inputs and options."""
     before, now = _flattened(_identity(existing)), _flattened(_identity(head))
+    if "corpus.dataset" not in before:  # prepared before the dataset's name was recorded
+        now.pop("corpus.dataset", None)
     differences = [
         f"{key}: {before.get(key)!r} then, {now.get(key)!r} now"
         for key in sorted(set(before) | set(now))
@@ -685,7 +705,7 @@ def _build(directory, corpus, counts, head) -> dict:
 def prepare(
     output_dir,
     corpus,
-    vocabulary="bpe",
+    vocabulary=None,
     vocab_size=8000,
     max_length=256,
     shard_pairs=100_000,
@@ -696,7 +716,8 @@ def prepare(
     manifest (see the module docstring and `pipelines.prepared`).
 
     Args:
-        vocabulary: "bpe" or "unigram" (SentencePiece), or "wordpiece".
+        vocabulary: "bpe", "unigram" or "word" (SentencePiece), or "wordpiece"; default: the
+            kind of the corpus's dataset (ptb: word), else BPE.
         vocab_size: entries of the shared vocabulary (WordPiece may learn fewer).
         max_length: pairs whose longer side, with EOS (BOS on the target's input), is longer are
             dropped and counted.
@@ -706,7 +727,12 @@ def prepare(
     """
     output_dir = Path(output_dir).absolute()
     options = _checked_options(
-        vocabulary, vocab_size, max_length, shard_pairs, sample_sentences, lowercase
+        _vocabulary_kind(corpus, vocabulary),
+        vocab_size,
+        max_length,
+        shard_pairs,
+        sample_sentences,
+        lowercase,
     )
     existing = _existing_manifest(output_dir)
     head = {

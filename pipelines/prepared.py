@@ -22,10 +22,11 @@ samples the whole corpus.
 
     format, format_version        "keras-transformer-prepared", 1
     corpus                        kind ("text", "tsv", "tfds"), its inputs (path, bytes,
-                                  sha256 of each file) and, for tfds, name, config, version
+                                  sha256 of each file), for tfds name, config, version, and
+                                  dataset: the trainer's corpus it is (`prepare --dataset`)
     languages                     {"source": label, "target": label}
-    options                       vocabulary, vocab_size, max_length, shard_pairs,
-                                  sample_sentences, lowercase
+    options                       vocabulary (bpe, unigram, word, wordpiece), vocab_size,
+                                  max_length, shard_pairs, sample_sentences, lowercase
     record                        the feature names and reserved ids above
     vocabulary                    kind, file, bytes, sha256, entries, lowercase, sentences
                                   (learned from), sampled (from a sample of the train split)
@@ -157,6 +158,12 @@ def languages(directory) -> tuple[str, str]:
     """The (source, target) language labels the corpus was prepared with."""
     labels = read_manifest(directory)["languages"]
     return labels["source"], labels["target"]
+
+
+def source_dataset(directory) -> str | None:
+    """The corpus of the trainer's registry (`pipelines.datasets`) that `directory` was prepared
+    from (`prepare --dataset`), or None for files of any other input."""
+    return read_manifest(directory)["corpus"].get("dataset")
 
 
 def text_files_of_pair(directory, source_language, target_language):

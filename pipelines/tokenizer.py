@@ -149,11 +149,17 @@ class SubwordTokenizer(tf.Module):
     def detokenize(self, ids):
         """int ids `[batch, length]` (dense or ragged) → `[batch]` tf.string.
 
-        Reading stops at the first EOS; PAD and BOS are skipped.
+        Reading stops at the first EOS; PAD and BOS are skipped; ids past the vocabulary read as
+        UNK.
         """
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         ids = tf.cast(ids, tf.int32)
+        # A model may have more ids than its vocabulary (a WordPiece learner can learn fewer
+        # entries than asked): those read as UNK, where WordPiece would read past its table.
+        ids = tf.ragged.map_flat_values(
+            lambda flat: tf.where(flat < self.vocab_size, flat, UNK_ID), ids
+        )
         before_eos = tf.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1) == 0
         ids = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
         words = self._tokenizer.detokenize(ids)

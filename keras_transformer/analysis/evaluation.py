@@ -109,8 +109,9 @@ def run_task(run_dir) -> Task:
     from keras_transformer.run_directory import read_settings
 
     run = read_settings(run_dir)
-    dataset, target = run.get("dataset", "multi30k"), run.get("target_language", "de")
-    return task(dataset, target, run.get("lowercase", False))
+    # A run on a prepared corpus records the dataset it was prepared from (ptb: parsing).
+    dataset = run.get("task_dataset") or run.get("dataset", "multi30k")
+    return task(dataset, run.get("target_language", "de"), run.get("lowercase", False))
 
 
 def bleu_summary(scores) -> str:

@@ -42,7 +42,7 @@ from keras_transformer.decoding.search import (
 )
 from keras_transformer.decoding.tree_constraint import WellFormedTrees
 from keras_transformer.model import Transformer
-from keras_transformer.run_directory import SUBWORDS_FILE, CheckpointError
+from keras_transformer.run_directory import CheckpointError, subwords_path
 from pipelines.corpus import CorpusError
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
@@ -359,7 +359,7 @@ def pad_rows_to_bucket(source_ids):
 def load_run(
     run_dir, weights=None, jit_compile=False, well_formed_trees=False, ensemble=()
 ) -> Translator:
-    """A `Translator` from a training run directory (config.json, subwords.model, weights).
+    """A `Translator` from a training run directory (config.json, its vocabulary, weights).
 
     `well_formed_trees`: search only well-formed trees of the input's words
     (`tree_constraint.WellFormedTrees`; for a parser trained on the lexicalized target).
@@ -371,7 +371,7 @@ def load_run(
     if well_formed_trees:
         check_parser_run(run_dir)
     model, weights = _load_model(run_dir, weights)
-    tokenizer = SubwordTokenizer(run_dir / SUBWORDS_FILE)
+    tokenizer = SubwordTokenizer(subwords_path(run_dir))
     if ensemble:
         pieces = tokenizer.pieces(range(tokenizer.vocab_size))  # each member's must equal them
         members = [_load_member(tokenizer, pieces, Path(path)) for path in ensemble]
@@ -411,7 +411,7 @@ def _load_member(tokenizer, pieces, path: Path) -> Transformer:
     if run_dir is None:
         raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
     weights = None if path.is_dir() else path
-    own = SubwordTokenizer(run_dir / SUBWORDS_FILE)
+    own = SubwordTokenizer(subwords_path(run_dir))
     theirs = own.pieces(range(own.vocab_size))
     if theirs != pieces or own.lowercase != tokenizer.lowercase:
         pairs = enumerate(zip(theirs, pieces, strict=False))  # lengths may differ

@@ -159,20 +159,15 @@ def checksums(paths) -> dict:
 
 
 def check_prepared_settings(run, config: TransformerConfig, manifest: dict):
-    """Raises unless the run can train on the prepared corpus as prepared: its languages, case
-    folding and SentencePiece vocabulary, without BPE-dropout (its ids are fixed) or
-    `--subwords` (the vocabulary is the prepared one)."""
+    """Raises unless the run can train on the prepared corpus as prepared: its languages and
+    case folding, without BPE-dropout (its ids are fixed) or `--subwords` (the vocabulary is the
+    prepared one, of any kind: the run holds a copy, `run_directory.hold_subwords`)."""
     vocabulary, languages = manifest["vocabulary"], manifest["languages"]
     asked = (run.source_language, run.target_language)
     if asked != (languages["source"], languages["target"]):
         raise ConfigError(
             f"{run.data_dir} was prepared for {languages['source']}->{languages['target']}, "
             f"not {asked[0]}->{asked[1]}: drop --src/--tgt"
-        )
-    if vocabulary["kind"] == "wordpiece":
-        raise ConfigError(
-            f"{run.data_dir} holds a WordPiece vocabulary; train --data takes SentencePiece "
-            "ones (prepare --vocabulary bpe or unigram)"
         )
     if bool(vocabulary["lowercase"]) != run.lowercase:
         flag = "add" if vocabulary["lowercase"] else "drop"

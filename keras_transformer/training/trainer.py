@@ -82,9 +82,14 @@ class TrainingRun:
     bleu_every: int | None = 1000
     bleu_sentences: int = 200
     verbose: int = 1
+    # The dataset whose task the run learns, searched and scored as (`task_dataset`).
+    task_dataset: str = dataclasses.field(init=False)
 
     def __post_init__(self):
+        from pipelines.datasets import task_dataset
+
         self.output, self.data_dir = Path(self.output), Path(self.data_dir)
+        self.task_dataset = task_dataset(self.dataset, self.data_dir)
         self.subwords = Path(self.subwords) if self.subwords else None
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
@@ -256,7 +261,7 @@ def validation_scores(
 
     corpus = read_parallel_corpus(*files["validation"])
     count = run.bleu_sentences
-    scoring = task(run.dataset, run.target_language, run.lowercase)
+    scoring = task(run.task_dataset, run.target_language, run.lowercase)
     return run_callbacks.ValidationScores(
         tokenizer,
         corpus.source[:count],

@@ -149,6 +149,37 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
     np.testing.assert_allclose(default["scores"], explicit["scores"], rtol=1e-6)
 
 
+def test_a_parser_trains_on_prepared_shards_and_evaluates_as_one(
+    ptb_slice, tmp_path, monkeypatch, capsys
+):
+    """`prepare --dataset ptb` then `train --data`: the run is a parser (§6.3's validation F1,
+    search and trees), not a translator of words into brackets."""
+    monkeypatch.setenv("KT_CACHE_DIR", str(tmp_path / "cache"))
+    prepared, run = tmp_path / "prepared", tmp_path / "run"
+    prepare = ["prepare", "--dataset", "ptb", "--data-dir", str(ptb_slice), "--tgt-lang"]
+    cli.main([*prepare, "lexicalized", "--output", str(prepared), "--vocab-size", "300"])
+    cli.main(
+        [
+            *("train", "--data", str(prepared), "--output", str(run), "--preset", "tiny"),
+            *("--set", "vocab_size=300", "--set", "max_length=160", "--batch-tokens", "1024"),
+            *("--max-steps", "1", "--bleu-every", "1", "--bleu-sentences", "2"),
+        ]
+    )
+    settings = json.loads((run / "run.json").read_text())
+    assert (settings["dataset"], settings["task_dataset"]) == ("prepared", "ptb")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "parsing"] == [1]
+
+    capsys.readouterr()
+    cli.main(["evaluate", "--model", str(run), "--beam", "2", "--well-formed"])
+    printed = capsys.readouterr().out
+    assert printed.startswith("test words->lexicalized beam 2: F1 ") and "repaired 0/3" in printed
+    scores = json.loads(
+        (run / "eval" / "model" / "test.beam2.alpha0.3.well_formed.scores.json").read_text()
+    )
+    assert scores["sentences"] == 3 and scores["extra_length"] == 300  # §6.3's search
+
+
 def test_a_lexicalized_parser_searches_only_well_formed_trees(
     ptb_slice, tmp_path, monkeypatch, capsys
 ):

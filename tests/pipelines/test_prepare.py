@@ -353,7 +353,6 @@ def test_a_corpus_whose_every_pair_is_too_long_is_an_error_not_a_hang(tmp_path):
         ({"tsv": "a", "languages": ("xx", None)}, "name both languages"),
         ({"dataset": "multi30k", "test": ["x", "y"]}, "test splits of multi30k are its own"),
         ({"tsv": "a", "data_dir": "d"}, "data directory goes with a dataset"),
-        ({"dataset": "ptb"}, "ptb trains a word-level vocabulary.*train --dataset ptb"),
     ],
 )
 def test_inconsistent_input_options_are_named(arguments, message):

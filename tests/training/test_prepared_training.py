@@ -5,9 +5,11 @@ other run."""
 import json
 
 import pytest
+import tensorflow as tf
 
 from invented_language import invented_pairs, write_pairs
 from keras_transformer import cli
+from keras_transformer.decoding.translator import load_run
 from keras_transformer.run_directory import read_settings
 from pipelines.prepared import prepared_vocabulary
 
@@ -18,17 +20,23 @@ RUN_FLAGS = ["--max-steps", "6", "--checkpoint-every", "3", "--bleu-every", "3"]
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
+def invented(tmp_path_factory):
+    """`prepare`'s arguments for an invented language pair's three splits."""
     directory = tmp_path_factory.mktemp("invented")
     files = {
         split: write_pairs(directory, split, invented_pairs(count, seed), (".gz", ".gz"))
         for split, count, seed in (("train", 400, 1), ("validation", 30, 2), ("test", 30, 3))
     }
-    output = directory / "prepared"
-    arguments = ["prepare", "--src-lang", "xx", "--tgt-lang", "yy", "--output", str(output)]
+    arguments = ["prepare", "--src-lang", "xx", "--tgt-lang", "yy"]
     for split, (source, target) in files.items():
         arguments += [f"--{split}", str(source), str(target)]
-    assert cli.main([*arguments, "--vocab-size", "200", "--max-length", "64"]) == 0
+    return [*arguments, "--vocab-size", "200", "--max-length", "64"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, invented):
+    output = tmp_path_factory.mktemp("prepared") / "xx-yy"
+    assert cli.main([*invented, "--output", str(output)]) == 0
     return output
 
 
@@ -69,3 +77,31 @@ def test_a_run_trains_on_the_shards_and_translates_evaluates_and_resumes(tmp_pat
 def test_what_the_prepared_corpus_fixes_is_refused_by_name(tmp_path, prepared, extra, error):
     with pytest.raises(SystemExit, match=error):
         cli.main([*TRAIN, "--data", str(prepared), "--output", str(tmp_path / "run"), *extra])
+
+
+def test_a_wordpiece_run_translates_and_exports_as_its_keras_translator(tmp_path, invented, capsys):
+    """A run on shards of a WordPiece vocabulary holds it (`subwords.vocab.txt`); `translate`
+    and the SavedModel, which tokenizes in the graph, decode as the Keras translator does."""
+    prepared, run = tmp_path / "prepared", tmp_path / "run"
+    assert cli.main([*invented, "--vocabulary", "wordpiece", "--output", str(prepared)]) == 0
+    train = [*TRAIN[:4], "vocab_size=256", *TRAIN[5:], "--data", str(prepared)]
+    assert cli.main([*train, "--output", str(run), "--max-steps", "3", "--bleu-every", "0"]) == 0
+    assert (run / "subwords.vocab.txt").read_bytes() == prepared_vocabulary(prepared).read_bytes()
+    assert not (run / "subwords.model").exists()
+    translator = load_run(run)
+    assert translator.tokenizer.kind == "wordpiece"
+
+    sentences = (prepared / "test.source.txt").read_text(encoding="utf-8").splitlines()[:4]
+    search = {"beam_size": 2, "alpha": 0.6, "extra_length": 10}
+    expected = translator.translate(sentences, **search)
+    (tmp_path / "input.xx").write_text("".join(f"{s}\n" for s in sentences), encoding="utf-8")
+    capsys.readouterr()
+    beam = ["--beam", "2", "--extra-length", "10"]
+    cli.main(["translate", "--model", str(run), "--input", str(tmp_path / "input.xx"), *beam])
+    assert capsys.readouterr().out.splitlines() == expected
+
+    cli.main(["export", "--model", str(run), "--output", str(tmp_path / "export"), *beam])
+    assert (tmp_path / "export" / "1" / "assets" / "subwords.vocab.txt").is_file()
+    serve = tf.saved_model.load(str(tmp_path / "export" / "1")).signatures["serving_default"]
+    served = serve(text=tf.constant(sentences))["translations"].numpy()
+    assert [text.decode("utf-8") for text in served] == expected
