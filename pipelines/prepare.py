@@ -12,10 +12,11 @@ The input (`corpus`) is one of:
 `prepare` first checks the whole input (files there and not empty, UTF-8, line counts that
 align, one tab a TSV line: errors name the file, the line and the value at fault). It then
 trains the shared vocabulary once on the training split (BPE by default, as the paper; on a
-random sample of `sample_sentences` sentences of a larger split), tokenizes every split in the
-graph, appends EOS, drops pairs with an empty side and pairs longer than `max_length` (counted by
-reason, never an error, unless a split loses every pair), and writes the format that
-`pipelines.prepared` describes, `manifest.json` last.
+random sample of `sample_sentences` sentences of a larger split), or adopts a given one
+(`subwords`: a teacher's, for the pairs it distilled, which its student resumes on), tokenizes
+every split in the graph, appends EOS, drops pairs with an empty side and pairs longer than
+`max_length` (counted by reason, never an error, unless a split loses every pair), and writes
+the format that `pipelines.prepared` describes, `manifest.json` last.
 
 Everything is written into `OUTPUT.partial` beside the output directory, which is renamed into
 place once complete: a killed prepare leaves no directory that looks prepared, and the next one
@@ -55,6 +56,7 @@ from pipelines.tokenizer import (
     EOS_ID,
     WORDPIECE_SUFFIX,
     SubwordTokenizer,
+    check_sentencepiece_model,
     train_sentencepiece,
     train_wordpiece,
 )
@@ -418,6 +420,28 @@ def _train_vocabulary(corpus, train_pairs, directory, options):
     return entry, tokenizer
 
 
+def _given_vocabulary(path, directory, options):
+    """The SentencePiece model `path` (a teacher run's `subwords.model`: its student's ids must
+    be the teacher's), copied as it is; its manifest entry and its tokenizer."""
+    kind = options["vocabulary"]
+    try:
+        check_sentencepiece_model(path, kind, options["lowercase"])
+    except (OSError, ValueError) as error:
+        raise CorpusError(f"the given vocabulary {path}: {error}") from error
+    copy = directory / VOCABULARY_FILES[kind]
+    shutil.copyfile(path, copy)
+    tokenizer = SubwordTokenizer(copy)
+    entry = {
+        "kind": kind,
+        **_file_entry(copy),
+        "entries": tokenizer.vocab_size,
+        "lowercase": options["lowercase"],
+        "sentences": 0,
+        "sampled": False,
+    }
+    return entry, tokenizer
+
+
 # Tokenizing and writing one split.
 
 
@@ -671,7 +695,11 @@ def _ordered(counts) -> dict:
 
 def _build(directory, corpus, counts, head) -> dict:
     options = head["options"]
-    vocabulary, tokenizer = _train_vocabulary(corpus, counts["train"], directory, options)
+    if "subwords" in options:
+        given = options["subwords"]["path"]
+        vocabulary, tokenizer = _given_vocabulary(given, directory, options)
+    else:
+        vocabulary, tokenizer = _train_vocabulary(corpus, counts["train"], directory, options)
     splits = {
         split: _write_split(corpus, split, expected, tokenizer, directory, options)
         for split, expected in _ordered(counts).items()
@@ -691,6 +719,7 @@ def prepare(
     shard_pairs=100_000,
     sample_sentences=1_000_000,
     lowercase=False,
+    subwords=None,
 ) -> dict:
     """Prepares `corpus` (`TextPairs`, `TsvPairs` or `TfdsPairs`) into `output_dir`; returns its
     manifest (see the module docstring and `pipelines.prepared`).
@@ -703,11 +732,17 @@ def prepare(
         shard_pairs: the most pairs read into one shard file.
         sample_sentences: the vocabulary learns from at most this many training sentences.
         lowercase: a case-folding SentencePiece model.
+        subwords: a SentencePiece model of that kind and case folding to use rather than learn
+            one (then `vocab_size` and `sample_sentences` go unused); its checksum is an input.
     """
     output_dir = Path(output_dir).absolute()
     options = _checked_options(
         vocabulary, vocab_size, max_length, shard_pairs, sample_sentences, lowercase
     )
+    if subwords is not None:  # only then: a manifest prepared before this option still matches
+        if not Path(subwords).is_file():
+            raise CorpusError(f"vocabulary file not found: {subwords}")
+        options["subwords"] = _file_input(subwords)
     existing = _existing_manifest(output_dir)
     head = {
         "format": FORMAT,
