@@ -32,9 +32,9 @@ DEMO_RUN ?= runs/demo
 DEMO_PREPARED ?= runs/demo-data
 DEMO_MINUTES ?= 6
 # Without $(DATA_DIR), `prepare` downloads Multi30k into $$KT_DATA_HOME/multi30k.
-DEMO_DATA = $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR))
+M30K_TEXT = $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR))
 demo: install
-	$(PYTHON) -m keras_transformer prepare --dataset multi30k $(DEMO_DATA) --src-lang en \
+	$(PYTHON) -m keras_transformer prepare --dataset multi30k $(M30K_TEXT) --src-lang en \
 		--tgt-lang de --output $(DEMO_PREPARED)
 	$(PYTHON) -m keras_transformer train --preset small --data $(DEMO_PREPARED) \
 		--output $(DEMO_RUN) --set residual_dropout=0.2 --set warmup_steps=300 \
@@ -49,6 +49,20 @@ demo: install
 		--sentence 'A man in a blue shirt is riding a bike.' --output $(DEMO_RUN)/attention.png
 	$(PYTHON) -m keras_transformer export --model $(DEMO_RUN) --output saved_models/demo
 
+# Every Multi30k recipe below trains on Multi30k EN-><tgt> prepared once (`prepare`; a rerun is a
+# no-op) into $(M30K_PREPARED)/multi30k-en<tgt>: the training pairs' shards, the shared BPE
+# vocabulary of the `multi30k` preset's 8,000 entries learned from them as `train --data-dir`
+# learned it, and the text of val and test_2016_flickr, which evaluation scores.
+M30K_PREPARED ?= runs/prepared
+M30K_VOCAB_SIZE := 8000
+m30k_data = $(M30K_PREPARED)/multi30k-en$(1)
+# Kept: make would otherwise delete a manifest it made on the way, as an intermediate file.
+.PRECIOUS: $(M30K_PREPARED)/multi30k-en%/manifest.json
+
+$(M30K_PREPARED)/multi30k-en%/manifest.json: | install
+	$(PYTHON) -m keras_transformer prepare --dataset multi30k $(M30K_TEXT) --src-lang en \
+		--tgt-lang $* --vocab-size $(M30K_VOCAB_SIZE) --output $(@D)
+
 # Multi30k recipe (docs/RESULTS.md): train the `multi30k` preset EN->DE and EN->FR for
 # M30K_MINUTES each or until 10 epochs have not lowered the validation loss (rerunning
 # resumes), average the last 5 checkpoints, and score
@@ -61,22 +75,23 @@ M30K_RUNS ?= runs
 M30K_TARGETS ?= de fr
 train-multi30k: $(foreach target,$(M30K_TARGETS),$(M30K_RUNS)/multi30k-en$(target)/learning_curve.png)
 
-# `train` of the recipe, into run directory $(1) for target language $(2), on data directory $(3)
-# (default $(DATA_DIR)).
+# `train` of the recipe, into run directory $(1) for target language $(2), on prepared directory
+# $(3) (default Multi30k EN-><$(2)>'s). An evaluation scores a run on the text of the corpus it was
+# trained on, val and test_2016_flickr of Multi30k (and of its distilled copy).
 M30K_TRAIN = $(PYTHON) -m keras_transformer train --preset multi30k \
-	--data-dir $(or $(3),$(DATA_DIR)) --src en --tgt $(2) --output $(1) --jit-compile \
+	--data $(or $(3),$(call m30k_data,$(2))) --output $(1) --jit-compile \
 	--checkpoint-every 100 --keep-checkpoints 10 --bleu-every 300
 
 # In the rule, $(@D) is the run directory and $* the target language.
-$(M30K_RUNS)/multi30k-en%/learning_curve.png: install
+$(M30K_RUNS)/multi30k-en%/learning_curve.png: install $(M30K_PREPARED)/multi30k-en%/manifest.json
 	$(call M30K_TRAIN,$(@D),$*) --max-minutes $(M30K_MINUTES) --patience 10 $(M30K_FLAGS)
 	$(PYTHON) -m keras_transformer average $(@D) --last 5
 	for beam in 1 4; do \
 		$(PYTHON) -m keras_transformer evaluate --model $(@D) --beam $$beam \
-			--weights $(@D)/model.weights.h5 --data-dir $(DATA_DIR) || exit 1; \
+			--weights $(@D)/model.weights.h5 --split test_2016_flickr || exit 1; \
 	done
 	$(PYTHON) -m keras_transformer evaluate --model $(@D) --beam 4 \
-		--weights $(@D)/averaged-last5.weights.h5 --data-dir $(DATA_DIR)
+		--weights $(@D)/averaged-last5.weights.h5 --split test_2016_flickr
 	$(PYTHON) -m keras_transformer curve $(@D)
 
 # The recipe's best single model (docs/RESULTS.md; 2 to 4.5 hours here): the recipe until its
@@ -96,7 +111,8 @@ train-multi30k-long: $(foreach target,$(M30K_TARGETS),$(M30K_LONG_RUNS)/multi30k
 # Kept: make would otherwise delete the mark as an intermediate file, and a rerun retrain.
 .PRECIOUS: $(M30K_LONG_RUNS)/multi30k-en%/first-phase.done
 
-$(M30K_LONG_RUNS)/multi30k-en%/first-phase.done: | install
+$(M30K_LONG_RUNS)/multi30k-en%/first-phase.done: | install \
+		$(M30K_PREPARED)/multi30k-en%/manifest.json
 	$(call M30K_FIRST_PHASE,$(@D),$*) $(M30K_FLAGS)
 	touch $@
 
@@ -105,8 +121,7 @@ $(M30K_LONG_RUNS)/multi30k-en%/learning_curve.png: $(M30K_LONG_RUNS)/multi30k-en
 	$(PYTHON) -m keras_transformer average $(@D) --last 10
 	for tuning in "--tune-alpha $(M30K_ALPHAS)" ""; do \
 		$(PYTHON) -m keras_transformer evaluate --model $(@D) --split test_2016_flickr $$tuning \
-			--weights $(@D)/averaged-last10.weights.h5 --data-dir $(DATA_DIR) --jit-compile \
-			|| exit 1; \
+			--weights $(@D)/averaged-last10.weights.h5 --jit-compile || exit 1; \
 	done
 	$(PYTHON) -m keras_transformer curve $(@D)
 
@@ -115,7 +130,8 @@ $(M30K_LONG_RUNS)/multi30k-en%/learning_curve.png: $(M30K_LONG_RUNS)/multi30k-en
 # KD_STEP, `narrow` as train-multi30k-long trains it and `attrelu` with attention and ReLU dropout
 # 0.1 from the first update; `late-dropout`, a copy of `narrow` given that dropout to
 # KD_LATE_STEP. Those three translate the training sources (`distill`: sequence-level knowledge
-# distillation), and two students resume on the references plus those translations: a copy of
+# distillation, the text Multi30k EN->DE was prepared from), prepared with the vocabulary they
+# were trained with, and two students resume on the references plus those translations: a copy of
 # `narrow` to KD_STUDENT_STEP, and a copy of `attrelu` (trained on to KD_ATTRELU_STEP first) to
 # KD_STUDENT2_STEP. The five decode validation and test_2016_flickr into $(KD_RUNS)/eval/,
 # the first student alone into $(KD_RUNS)/student/eval/. Every stage's weights file marks it
@@ -134,17 +150,18 @@ KD_LATE := $(call kd_weights,late-dropout,$(KD_LATE_STEP))
 KD_STUDENT := $(call kd_weights,student,$(KD_STUDENT_STEP))
 KD_STUDENT2 := $(call kd_weights,student-attrelu,$(KD_STUDENT2_STEP))
 KD_DATA := $(KD_RUNS)/distilled-data
+KD_PREPARED := $(KD_RUNS)/distilled-prepared
 KD_AVERAGE = $(PYTHON) -m keras_transformer average $(@D) --last 10 --output $@
 # The run directory $(@D) as a copy of run $(1), unless an earlier try made it.
 kd_copy = test -d $(@D) || { cp -a $(1) $(@D).partial && mv $(@D).partial $(@D); }
-KD_EVALUATE = $(PYTHON) -m keras_transformer evaluate --beam 4 --jit-compile --data-dir $(DATA_DIR)
+KD_EVALUATE = $(PYTHON) -m keras_transformer evaluate --beam 4 --jit-compile
 
 train-multi30k-ensemble: $(KD_RUNS)/eval/test_2016_flickr.beam4.alpha0.6.scores.json
 .PRECIOUS: $(KD_RUNS)/%/first-phase.done
 
 $(KD_RUNS)/attrelu/%: KD_FLAGS = $(KD_DROPOUT)
 
-$(KD_RUNS)/%/first-phase.done: | install
+$(KD_RUNS)/%/first-phase.done: | install $(call m30k_data,de)/manifest.json
 	$(call M30K_FIRST_PHASE,$(@D),de) $(KD_FLAGS) $(M30K_FLAGS)
 	touch $@
 
@@ -161,22 +178,27 @@ $(KD_LATE): $(KD_NARROW)
 
 $(KD_DATA)/distillation.json: $(KD_ATTRELU) $(KD_LATE) $(KD_NARROW)
 	$(PYTHON) -m keras_transformer distill --model $(<D) --weights $< \
-		--ensemble $(wordlist 2,3,$^) --jit-compile --data-dir $(DATA_DIR) --output $(@D)
+		--ensemble $(wordlist 2,3,$^) --jit-compile --output $(@D)
 
-$(KD_STUDENT): $(KD_NARROW) $(KD_DATA)/distillation.json
+# The students resume the teachers' weights: their ids must be the teachers' vocabulary's.
+$(KD_PREPARED)/manifest.json: $(KD_DATA)/distillation.json
+	$(PYTHON) -m keras_transformer prepare --dataset multi30k --data-dir $(<D) --src-lang en \
+		--tgt-lang de --subwords $(call m30k_data,de)/subwords.model --output $(@D)
+
+$(KD_STUDENT): $(KD_NARROW) $(KD_PREPARED)/manifest.json
 	$(call kd_copy,$(<D))
-	$(call M30K_TRAIN,$(@D),de,$(KD_DATA)) --max-steps $(KD_STUDENT_STEP) $(M30K_LARGE_UPDATES) \
+	$(call M30K_TRAIN,$(@D),de,$(KD_PREPARED)) --max-steps $(KD_STUDENT_STEP) $(M30K_LARGE_UPDATES) \
 		$(KD_DROPOUT) $(M30K_FLAGS)
 	$(KD_AVERAGE)
 	for split in val test_2016_flickr; do \
 		$(KD_EVALUATE) --model $(@D) --weights $@ --split $$split || exit 1; \
 	done
 
-$(KD_STUDENT2): $(KD_ATTRELU) $(KD_DATA)/distillation.json
+$(KD_STUDENT2): $(KD_ATTRELU) $(KD_PREPARED)/manifest.json
 	$(call M30K_TRAIN,$(<D),de) --max-steps $(KD_ATTRELU_STEP) $(M30K_LARGE_UPDATES) $(KD_DROPOUT) \
 		$(M30K_FLAGS)
 	$(call kd_copy,$(<D))
-	$(call M30K_TRAIN,$(@D),de,$(KD_DATA)) --max-steps $(KD_STUDENT2_STEP) $(M30K_LARGE_UPDATES) \
+	$(call M30K_TRAIN,$(@D),de,$(KD_PREPARED)) --max-steps $(KD_STUDENT2_STEP) $(M30K_LARGE_UPDATES) \
 		$(KD_DROPOUT) $(M30K_FLAGS)
 	$(KD_AVERAGE)
 
@@ -198,7 +220,7 @@ $(KD_RUNS)/eval/test_2016_flickr.beam4.alpha0.6.scores.json: $(KD_ATTRELU) $(KD_
 TABLE3_ROWS ?= A-h1 C-N2 D-drop0.0 D-ls0.0 E-learned
 TABLE3_STEPS ?= 2800
 TABLE3_RUNS ?= runs/table3
-TABLE3_SCORES := eval/model/val.beam4.alpha0.6.scores.json
+TABLE3_SCORES := eval/model/validation.beam4.alpha0.6.scores.json
 table3-multi30k: $(TABLE3_RUNS)/table3.md
 
 $(TABLE3_RUNS)/table3.md: $(foreach run,recipe $(TABLE3_ROWS),$(TABLE3_RUNS)/$(run)/$(TABLE3_SCORES))
@@ -207,12 +229,12 @@ $(TABLE3_RUNS)/table3.md: $(foreach run,recipe $(TABLE3_ROWS),$(TABLE3_RUNS)/$(r
 	cat $@
 
 # $* is the row, or `recipe` for the unchanged preset.
-$(TABLE3_RUNS)/%/$(TABLE3_SCORES): | install
-	$(PYTHON) -m keras_transformer train --preset multi30k --data-dir $(DATA_DIR) --src en \
-		--tgt de --output $(TABLE3_RUNS)/$* $(if $(filter-out recipe,$*),--variation $*) \
+$(TABLE3_RUNS)/%/$(TABLE3_SCORES): | install $(call m30k_data,de)/manifest.json
+	$(PYTHON) -m keras_transformer train --preset multi30k --data $(call m30k_data,de) \
+		--output $(TABLE3_RUNS)/$* $(if $(filter-out recipe,$*),--variation $*) \
 		--jit-compile --max-steps $(TABLE3_STEPS) --checkpoint-every 100 --bleu-every 300
 	$(PYTHON) -m keras_transformer evaluate --model $(TABLE3_RUNS)/$* --split val --beam 4 \
-		--weights $(TABLE3_RUNS)/$*/model.weights.h5 --data-dir $(DATA_DIR)
+		--weights $(TABLE3_RUNS)/$*/model.weights.h5
 
 # The layering contract (pyproject.toml [tool.importlinter]) and the declared dependencies
 # (deptry: every import declared in pyproject.toml, nothing declared unused).

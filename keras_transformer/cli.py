@@ -120,6 +120,7 @@ def _prepare(args):
         shard_pairs=args.shard_pairs,
         sample_sentences=args.sample_sentences,
         lowercase=args.lowercase,
+        subwords=args.subwords,
     )
     print("\n".join(summary(manifest, args.output)))
 
@@ -241,9 +242,10 @@ def _evaluate(args):
 
 def _distill(args):
     from keras_transformer import run_directory
-    from keras_transformer.training.distillation import distill_data_dir
+    from keras_transformer.training.distillation import distill_data_dir, text_to_distill
 
-    _, _, data_dir, files = _run_corpus(args)
+    _, dataset, data_dir, files = _run_corpus(args)
+    data_dir, files = text_to_distill(dataset, data_dir, files)
     if args.output.resolve() == data_dir.resolve():
         raise SystemExit(f"--output {args.output} holds the original data: name a new directory")
     scoring = _task(args.model)
@@ -260,11 +262,13 @@ def _distill(args):
         with_references=not args.translations_only,
         **search,
     )
-    print(
-        f"{args.output}: train --data-dir {args.output} --subwords "
-        f"{args.model / run_directory.SUBWORDS_FILE}"
-        " trains a student on the distilled pairs with the teacher's vocabulary"
+    subwords = args.model / run_directory.SUBWORDS_FILE
+    student = (
+        f"prepare it with --subwords {subwords}, then train a student with --data on that"
+        if dataset == "prepared"
+        else f"train --data-dir {args.output} --subwords {subwords} trains a student on it"
     )
+    print(f"{args.output}: {student} (the teacher's vocabulary)")
 
 
 def _attention(args):
@@ -555,9 +559,17 @@ def _add_decoding(commands):
         "ensemble (sequence-level knowledge distillation)",
     )
     _add_search_arguments(distill)
-    distill.add_argument("--data-dir", type=Path, help="default: the run's data directory")
     distill.add_argument(
-        "--output", type=Path, required=True, help="the new data directory, for train --data-dir"
+        "--data-dir",
+        type=Path,
+        help="default: the run's data directory (of a prepared corpus: the text it was prepared "
+        "from is distilled)",
+    )
+    distill.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="the new data directory, for train --data-dir or prepare --subwords",
     )
     distill.add_argument(
         "--translations-only",
@@ -829,6 +841,13 @@ def _add_prepare(commands):
     )
     prepare.add_argument(
         "--lowercase", action="store_true", help="a case-folding vocabulary (bpe or unigram)"
+    )
+    prepare.add_argument(
+        "--subwords",
+        type=Path,
+        metavar="FILE",
+        help="a SentencePiece model to use rather than learn one: a teacher run's subwords.model "
+        "for the pairs it distilled, which its student resumes on",
     )
     prepare.set_defaults(handler=_prepare)
 

@@ -13,9 +13,10 @@ The input (`corpus`) is one of:
 align, one tab a TSV line: errors name the file, the line and the value at fault). It then
 trains the shared vocabulary once on the training split (BPE by default, as the paper, or for
 the parsing corpus "ptb" its word vocabulary, as `train --dataset ptb` learns it; on a random
-sample of `sample_sentences` sentences of a larger split), tokenizes every split in the
-graph, appends EOS, drops pairs with an empty side and pairs longer than `max_length` (counted by
-reason, never an error, unless a split loses every pair), and writes the format that
+sample of `sample_sentences` sentences of a larger split), or adopts a given one (`subwords`: a
+teacher's, for the pairs it distilled, which its student resumes on), tokenizes every split in
+the graph, appends EOS, drops pairs with an empty side and pairs longer than `max_length`
+(counted by reason, never an error, unless a split loses every pair), and writes the format that
 `pipelines.prepared` describes, `manifest.json` last.
 
 Everything is written into `OUTPUT.partial` beside the output directory, which is renamed into
@@ -56,6 +57,7 @@ from pipelines.tokenizer import (
     EOS_ID,
     WORDPIECE_SUFFIX,
     SubwordTokenizer,
+    check_sentencepiece_model,
     train_sentencepiece,
     train_wordpiece,
 )
@@ -436,6 +438,28 @@ def _train_vocabulary(corpus, train_pairs, directory, options):
     return entry, tokenizer
 
 
+def _given_vocabulary(path, directory, options):
+    """The SentencePiece model `path` (a teacher run's `subwords.model`: its student's ids must
+    be the teacher's), copied as it is; its manifest entry and its tokenizer."""
+    kind = options["vocabulary"]
+    try:
+        check_sentencepiece_model(path, kind, options["lowercase"])
+    except (OSError, ValueError) as error:
+        raise CorpusError(f"the given vocabulary {path}: {error}") from error
+    copy = directory / VOCABULARY_FILES[kind]
+    shutil.copyfile(path, copy)
+    tokenizer = SubwordTokenizer(copy)
+    entry = {
+        "kind": kind,
+        **_file_entry(copy),
+        "entries": tokenizer.vocab_size,
+        "lowercase": options["lowercase"],
+        "sentences": 0,
+        "sampled": False,
+    }
+    return entry, tokenizer
+
+
 # Tokenizing and writing one split.
 
 
@@ -691,7 +715,11 @@ def _ordered(counts) -> dict:
 
 def _build(directory, corpus, counts, head) -> dict:
     options = head["options"]
-    vocabulary, tokenizer = _train_vocabulary(corpus, counts["train"], directory, options)
+    if "subwords" in options:
+        given = options["subwords"]["path"]
+        vocabulary, tokenizer = _given_vocabulary(given, directory, options)
+    else:
+        vocabulary, tokenizer = _train_vocabulary(corpus, counts["train"], directory, options)
     splits = {
         split: _write_split(corpus, split, expected, tokenizer, directory, options)
         for split, expected in _ordered(counts).items()
@@ -711,6 +739,7 @@ def prepare(
     shard_pairs=100_000,
     sample_sentences=1_000_000,
     lowercase=False,
+    subwords=None,
 ) -> dict:
     """Prepares `corpus` (`TextPairs`, `TsvPairs` or `TfdsPairs`) into `output_dir`; returns its
     manifest (see the module docstring and `pipelines.prepared`).
@@ -724,6 +753,8 @@ def prepare(
         shard_pairs: the most pairs read into one shard file.
         sample_sentences: the vocabulary learns from at most this many training sentences.
         lowercase: a case-folding SentencePiece model.
+        subwords: a SentencePiece model of that kind and case folding to use rather than learn
+            one (then `vocab_size` and `sample_sentences` go unused); its checksum is an input.
     """
     output_dir = Path(output_dir).absolute()
     options = _checked_options(
@@ -734,6 +765,10 @@ def prepare(
         sample_sentences,
         lowercase,
     )
+    if subwords is not None:  # only then: a manifest prepared before this option still matches
+        if not Path(subwords).is_file():
+            raise CorpusError(f"vocabulary file not found: {subwords}")
+        options["subwords"] = _file_input(subwords)
     existing = _existing_manifest(output_dir)
     head = {
         "format": FORMAT,

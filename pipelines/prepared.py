@@ -26,7 +26,9 @@ samples the whole corpus.
                                   dataset: the trainer's corpus it is (`prepare --dataset`)
     languages                     {"source": label, "target": label}
     options                       vocabulary (bpe, unigram, word, wordpiece), vocab_size,
-                                  max_length, shard_pairs, sample_sentences, lowercase
+                                  max_length, shard_pairs, sample_sentences, lowercase, and
+                                  subwords (path, bytes, sha256) where a vocabulary was given
+                                  rather than learned
     record                        the feature names and reserved ids above
     vocabulary                    kind, file, bytes, sha256, entries, lowercase, sentences
                                   (learned from), sampled (from a sample of the train split)
@@ -46,6 +48,7 @@ for a side that holds characters but no subword, which that keeps as EOS alone.
 gives the lengths that bucket boundaries and epoch sizes are computed from, without reading the
 data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
 vocabulary and evaluation text, and refuse a run whose vocabulary is not the prepared one.
+`input_text_files` gives the text files a corpus was prepared from, for `distill`.
 """
 
 import hashlib
@@ -152,6 +155,37 @@ def prepared_text_files(directory) -> dict[str, tuple[Path, Path]]:
         for name, split in read_manifest(directory)["splits"].items()
         if "text" in split
     }
+
+
+def input_text_files(directory) -> dict[str, tuple[Path, Path]]:
+    """`{split: (source_path, target_path)}` of the text files that a corpus of text pairs
+    (`prepare --train` or `--dataset`) was prepared from, each checked to hold what it held
+    then: `distill` translates their training split, the pairs its teacher learned."""
+    manifest = read_manifest(directory)
+    corpus = manifest["corpus"]
+    if corpus["kind"] != "text":
+        raise CorpusError(
+            f"{directory} was prepared from a {corpus['kind']} corpus, not from a text file a "
+            "side: distill reads the text a corpus was prepared from (prepare --train or --dataset)"
+        )
+    return {
+        split: tuple(
+            _unchanged_input(corpus["inputs"][f"{split}.{side}"], directory)
+            for side in ("source", "target")
+        )
+        for split in manifest["splits"]
+    }
+
+
+def _unchanged_input(entry, directory) -> Path:
+    path = Path(entry["path"])
+    if not path.is_file() or file_sha256(path) != entry["sha256"]:
+        state = "changed" if path.is_file() else "gone"
+        raise CorpusError(
+            f"{path}, which {directory} was prepared from, has {state} since (its manifest "
+            "records its sha256): restore it, or prepare the corpus again and train on that"
+        )
+    return path
 
 
 def languages(directory) -> tuple[str, str]:

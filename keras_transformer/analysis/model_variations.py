@@ -28,8 +28,9 @@ from keras_transformer.run_directory import CheckpointError, read_metrics
 SCALED_ROWS = ("A-h1", "C-N2", "D-drop0.0", "D-ls0.0", "E-learned")
 # The run directory of the unchanged recipe, beside one directory per row.
 RECIPE = "recipe"
-# §6.2: beam search as in §6.1 (beam 4, α 0.6), on the final weights, not an average.
-SCORES = Path("eval", "model", file_stem("val", SEARCH) + ".scores.json")
+# §6.2: beam search as in §6.1 (beam 4, α 0.6), on the final weights, not an average; of the
+# validation split, as a run on prepared data names it (its text file is validation.source.txt).
+SCORES = Path("eval", "model", file_stem("validation", SEARCH) + ".scores.json")
 
 
 @dataclasses.dataclass(frozen=True)

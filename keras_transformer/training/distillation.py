@@ -7,19 +7,26 @@ more regular than human references, so a small student learns the teacher's mode
 the spread of the references; on Multi30k an ensemble teacher lifts a single student that way
 (docs/RESULTS.md).
 
-`distill_data_dir` writes that training data as a data directory `train --data-dir` reads
-like the original one: the training split's files hold the original pairs followed by the
-distilled ones (or the distilled ones only), and every other split's files are links to the
-originals, so validation and test still score against the references.
+`distill_data_dir` writes that training data as a data directory laid out like the original
+one: the training split's files hold the original pairs followed by the distilled ones (or the
+distilled ones only), and every other split's files are links to the originals, so validation
+and test still score against the references. A teacher trained on a prepared corpus
+(`train --data`) translates the text files the corpus was prepared from (`text_to_distill`);
+the copy is then prepared with the teacher's vocabulary (`prepare --subwords`), the ids a
+student resuming the teacher's weights must read.
 
 Example:
 
 ```
 keras-transformer distill --model runs/teacher --ensemble runs/teacher2 \\
-    --data-dir ../shared/data/multi30k --output runs/distilled-data --jit-compile
-keras-transformer train --preset multi30k --data-dir runs/distilled-data \\
-    --subwords runs/teacher/subwords.model --output runs/student
+    --output runs/distilled-text --jit-compile
+keras-transformer prepare --dataset multi30k --data-dir runs/distilled-text \\
+    --subwords runs/teacher/subwords.model --output runs/distilled
+keras-transformer train --preset multi30k --data runs/distilled --output runs/student
 ```
+
+A teacher trained on text files (`train --data-dir`) writes a copy that a student trains on as
+text: `train --data-dir runs/distilled-text --subwords runs/teacher/subwords.model`.
 """
 
 import gzip
@@ -30,6 +37,7 @@ import time
 from pathlib import Path
 
 from pipelines.corpus import CorpusError, read_aligned_lines, write_atomically
+from pipelines.prepared import input_text_files
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +61,6 @@ def distill_data_dir(
             references then rises, docs/RESULTS.md).
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
-    if "train" not in files:
-        raise CorpusError(
-            f"{data_dir} keeps no training text (a corpus `prepare` tokenized): distill the "
-            "text files it was prepared from, with a run trained on them"
-        )
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
@@ -87,6 +90,18 @@ def distill_data_dir(
     write_atomically(Path(output_dir) / RECORD, lambda partial: partial.write_text(text))
     logger.info("distilled %d training pairs into %s: %s", len(sources), output_dir, record)
     return output_dir
+
+
+def text_to_distill(dataset, data_dir, files) -> tuple[Path, dict]:
+    """The directory and `{split: (source_path, target_path)}` that `distill` translates and
+    mirrors, given a run's corpus (`run_directory.run_corpus`). A prepared corpus keeps no
+    training text: the files it was prepared from stand in, in the directory that holds them all
+    (the Multi30k layout of `prepare --dataset multi30k`, which the copy keeps)."""
+    if dataset != "prepared":
+        return Path(data_dir), files
+    files = input_text_files(data_dir)
+    parents = [path.parent for paths in files.values() for path in paths]
+    return Path(os.path.commonpath(parents)), files
 
 
 def mirrored_paths(files, data_dir, output_dir) -> dict:

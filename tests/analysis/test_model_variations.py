@@ -88,7 +88,9 @@ def test_the_table_compares_each_row_with_the_recipe(tmp_path):
 
 def test_a_run_not_yet_scored_is_named_in_one_line(tmp_path):
     write_run(tmp_path / "recipe", 2800, 5.1, 36.0)
-    with pytest.raises(SystemExit, match="variations: error: .*C-N2/eval/model/val.beam4.alpha0.6"):
+    with pytest.raises(
+        SystemExit, match="variations: error: .*C-N2/eval/model/validation.beam4.alpha0.6"
+    ):
         main(["variations", str(tmp_path), "--rows", "C-N2"])
 
 

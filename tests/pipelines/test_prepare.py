@@ -479,6 +479,50 @@ def test_a_run_with_another_vocabulary_is_refused(prepared, invented, tmp_path):
         check_vocabulary(prepared, other)
 
 
+def test_a_given_vocabulary_is_adopted_as_it_is(prepared, prepared_tokenizer, invented, tmp_path):
+    """`subwords`: a teacher's vocabulary for the text it distilled, which its student resumes
+    on: the shards hold its ids (none learned from this text), and it is an input of the rerun."""
+    given = shutil.copy(prepared / "subwords.model", tmp_path / "teacher.model")
+    files = {"train": invented["validation"], "test": invented["test"]}  # not what it learned
+    output = tmp_path / "distilled"
+    manifest = prepare(output, TextPairs(files, ("xx", "yy")), subwords=given, **OPTIONS)
+    check_vocabulary(output, given)  # byte for byte: what a resuming student's run holds
+    assert manifest["options"]["subwords"]["sha256"] == manifest["vocabulary"]["sha256"]
+    assert manifest["vocabulary"]["entries"] == prepared_tokenizer.vocab_size
+    for split in files:
+        rows = pair_rows(prepared_dataset(output, split, 512, MAX_LENGTH))
+        assert rows == trainer_rows(files[split], prepared_tokenizer)
+    before = modification_times(output)
+    prepare(output, TextPairs(files, ("xx", "yy")), subwords=given, **OPTIONS)  # a no-op
+    assert modification_times(output) == before
+    other = train_sentencepiece(invented["validation"], tmp_path / "other.model", 100)
+    with pytest.raises(CorpusError, match=r"other inputs .*options.subwords.sha256"):
+        prepare(output, TextPairs(files, ("xx", "yy")), subwords=other, **OPTIONS)
+    with pytest.raises(CorpusError, match=r"prepared from other inputs or options"):
+        prepare(output, TextPairs(files, ("xx", "yy")), **OPTIONS)  # one learned anew
+
+
+@pytest.mark.parametrize(
+    ("given", "options", "message"),
+    [
+        ("missing.model", {}, r"vocabulary file not found: .*missing\.model"),
+        ("notes.txt", {}, r"the given vocabulary .*notes\.txt: .* is not a SentencePiece model"),
+        ("teacher.model", {"lowercase": True}, r"teacher\.model is not a lowercasing model"),
+        ("teacher.model", {"vocabulary": "unigram"}, r"is a bpe model, where .* needs unigram"),
+    ],
+)
+def test_a_given_vocabulary_that_cannot_be_used_is_named(
+    prepared, invented, tmp_path, given, options, message
+):
+    shutil.copy(prepared / "subwords.model", tmp_path / "teacher.model")
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    with pytest.raises(CorpusError, match=message):
+        prepare(
+            tmp_path / "out", TextPairs(invented), subwords=tmp_path / given, **OPTIONS, **options
+        )
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
 # A damaged prepared directory is named.
 
 
