@@ -455,6 +455,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         )
     on_jax = keras.backend.backend() == "jax"
     run = for_jax(run) if on_jax else run
+    if run.subwords:
+        run_directory.check_subwords(run)
     try:
         return _train_as_this_worker(config, run, on_jax)
     except PEER_FAILURES as error:
@@ -478,8 +480,6 @@ def _train_as_this_worker(config: TransformerConfig, run: TrainingRun, on_jax: b
 def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
     from pipelines.batching import full_batches_per_pass
 
-    if run.subwords:
-        run_directory.check_subwords(run)
     run_directory.prepare(run, config)
     configure_numerics(run)
     # On JAX, tf.data runs on TensorFlow's default strategy and the batch is split by Keras.
