@@ -55,6 +55,7 @@ def train_config(args) -> TransformerConfig:
 
 
 def _train(args):
+    from keras_transformer.training.distribution import WorkerLostError
     from keras_transformer.training.trainer import TrainingRun, train
 
     if args.devices and args.devices > 1:
@@ -82,6 +83,7 @@ def _train(args):
         keep_checkpoints=args.keep_checkpoints,
         devices=args.devices,
         accumulate=args.accumulate,
+        skip_bad_batches=args.skip_bad_batches,
         allow_training_changes=args.allow_training_changes,
         precision=args.precision,
         jit_compile=args.jit_compile,
@@ -92,7 +94,10 @@ def _train(args):
         bleu_every=args.bleu_every or None,
         bleu_sentences=args.bleu_sentences,
     )
-    print(f"final weights: {train(config, run)}")
+    try:
+        print(f"final weights: {train(config, run)}")
+    except WorkerLostError as error:  # TensorFlow's error, not the user's: no traceback either
+        raise SystemExit(f"keras-transformer train: error: {error}") from None
 
 
 def _prepare(args):
@@ -725,6 +730,14 @@ def _add_train(commands):
         type=int,
         default=1,
         help="micro-batches per update: the same --batch-tokens per update in 1/N the memory",
+    )
+    train.add_argument(
+        "--skip-bad-batches",
+        type=int,
+        default=0,
+        metavar="N",
+        help="skip up to N batches whose gradient norm is NaN or infinite (logged, and counted in "
+        "metrics.jsonl), as fairseq does, before stopping as diverged (default 0: none)",
     )
     train.add_argument(
         "--allow-training-changes",

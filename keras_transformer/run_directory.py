@@ -14,10 +14,10 @@
     model.weights.h5     the final weights
     averaged-lastN.weights.h5   `average`'s checkpoint averages
     eval/<weights>/      hypotheses and scores of `evaluate`
-    workers/<name>/      in a cluster, each non-chief worker's own resumable state
     train.lock           held by the one process training the run: its PID and host
 
-Rerunning the same command resumes from `backup/`. `prepare` creates the directory or checks
+Rerunning the same command resumes from `backup/`; in a cluster only the chief writes the
+directory, and every worker resumes from its backup. `prepare` creates the directory or checks
 that a rerun is a resume of the same run; `run_weights` says which weights a run offers;
 `save_weights_atomically` writes every weights file so that a killed process never leaves a
 truncated one, and never non-finite weights (`DivergenceError`); every file is written through
@@ -54,7 +54,6 @@ LOGS_DIR = "logs"
 METRICS_FILE = "metrics.jsonl"
 FINAL_WEIGHTS = "model.weights.h5"
 EVAL_DIR = "eval"
-WORKERS_DIR = "workers"
 LOCK_FILE = "train.lock"
 # What a run has learned from its data: once one exists, a rerun must be a resume of the same run.
 WEIGHTS_STATE = (BACKUP_DIR, CHECKPOINTS_DIR, FINAL_WEIGHTS)

@@ -13,7 +13,8 @@
   restarting the interrupted epoch) that never starts over silently from a corrupt backup: it
   resumes from the newest readable checkpoint instead, and says so, or stops.
 - `DivergenceGuard` stops training at the first NaN or infinite loss or gradient norm, before
-  anything saves the weights that update made.
+  anything saves the weights that update made; or, as fairseq does, counts and logs up to N
+  batches whose update the optimizer skipped, and stops at the next.
 """
 
 import json
@@ -409,11 +410,25 @@ class DivergenceGuard(keras.callbacks.Callback):
     First in the callback list, it ends `fit` before any other callback sees that update: no
     backup, checkpoint or final weights are written from the weights it made, so the last good
     ones stay (`run_directory.save_weights_atomically` refuses non-finite weights too).
+
+    With `skip_budget` N (`train --skip-bad-batches N`), a batch whose update the optimizer
+    skipped for its non-finite gradient norm (`skipped_batch` in the logs) is logged and
+    written to `metrics` (a `skipped_batch` record with the run's count), up to N in the run,
+    `skipped` of them before this process; the next one stops training as above.
     """
 
     QUANTITIES = {"loss": "loss", "gradient_norm": "gradient norm"}
 
+    def __init__(self, skip_budget=0, skipped=0, metrics=None):
+        super().__init__()
+        self.skip_budget = skip_budget
+        self.skipped = skipped
+        self.metrics = metrics
+
     def on_train_batch_end(self, batch, logs=None):
+        if (logs or {}).get("skipped_batch"):
+            self._count_skipped(float(logs.get("gradient_norm", math.nan)))
+            return
         for key, name in self.QUANTITIES.items():
             value = (logs or {}).get(key)
             if value is not None and not math.isfinite(float(value)):
@@ -421,6 +436,24 @@ class DivergenceGuard(keras.callbacks.Callback):
                     f"training diverged at step {_step(self.model)}: the {name} is "
                     f"{float(value)}; {DIVERGENCE_REMEDY}"
                 )
+
+    def _count_skipped(self, norm):
+        self.skipped += 1
+        step = _step(self.model) + 1  # the step the skipped update would have made
+        if self.skipped > self.skip_budget:
+            raise DivergenceError(
+                f"training diverged at step {step}: the gradient norm is {norm} in bad batch "
+                f"{self.skipped}, past --skip-bad-batches {self.skip_budget}; {DIVERGENCE_REMEDY}"
+            )
+        logger.warning(
+            "step %d: skipped a batch whose gradient norm is %s (%d of --skip-bad-batches %d)",
+            step,
+            norm,
+            self.skipped,
+            self.skip_budget,
+        )
+        if self.metrics:
+            self.metrics.write("skipped_batch", {"skipped_batches": self.skipped})
 
 
 class ResumableBackup(keras.callbacks.BackupAndRestore):
@@ -433,24 +466,32 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     An unreadable backup is moved aside and the newest readable checkpoint of
     `checkpoints_dir` (weights, optimizer slots and step counter too) restored instead, with a
     warning; without one, it is an error naming the file.
+
+    With `restore=False` it only backs up, the model holding the restored state already (its
+    `_initial_epoch` the epoch to restart).
     """
 
-    def __init__(self, backup_dir, checkpoints_dir=None, **kwargs):
+    def __init__(self, backup_dir, checkpoints_dir=None, restore=True, **kwargs):
         super().__init__(backup_dir, **kwargs)
         self.checkpoints_dir = checkpoints_dir
+        self.restore = restore
 
     @property
     def has_backup(self) -> bool:
         return Path(self._weights_path).exists()
 
     def on_train_begin(self, logs=None):
+        if self.restore:
+            self._restore(logs)
+        # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
+        # the end of the restarted epoch would say epoch 0.
+        self._current_epoch = self.resumed_epoch
+
+    def _restore(self, logs):
         try:
             super().on_train_begin(logs)
         except Exception as error:  # any unreadable backup: never restart silently
             self._resume_from_checkpoint(error)
-        # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
-        # the end of the restarted epoch would say epoch 0.
-        self._current_epoch = self.resumed_epoch
         if self.has_backup:
             logger.info(
                 "resumed from %s at step %d, restarting epoch %d",

@@ -4,7 +4,8 @@
 several workers, otherwise `MirroredStrategy` over every visible GPU, or over the first
 `num_devices` logical CPU devices (how the tests run "8 replicas" on a CPU); on one CPU
 device it is TensorFlow's default strategy. In a cluster, `worker_name` tells the chief, which
-writes the run's files, from the other workers.
+writes the run's files, from the other workers, and `broadcast_from_chief` gives every worker the
+chief's values (the state it restored from the run directory).
 
 With JAX as Keras's backend, `jax_data_parallel` splits each global batch over the devices with
 `keras.distribution.DataParallel`: one program over all of them, whose loss is the global
@@ -13,6 +14,7 @@ batch's (no per-replica sums); tf.data then only feeds it, on TensorFlow's defau
 
 import json
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -58,6 +60,54 @@ def worker_name() -> str | None:
     if kind == "chief" or (kind == "worker" and index == 0 and not has_chief):
         return None
     return f"{kind}-{index}"
+
+
+class WorkerLostError(RuntimeError):
+    """Another worker of the cluster stopped, or cannot be reached, while this one trained."""
+
+
+# What TensorFlow's collectives raise when a peer is gone: TensorFlow's coordination service
+# misses the peer's heartbeats and aborts every collective of the cluster with one of these.
+PEER_FAILURES = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+
+
+def worker_lost(error: tf.errors.OpError) -> WorkerLostError:
+    """A `WorkerLostError` for `error`, one of `PEER_FAILURES`, telling how to go on."""
+    # TensorFlow's message: "{{function_node ...}} Collective ops is aborted by: Error reported
+    # from /job:worker/task:1: The following tasks are unhealthy (stopped sending heartbeats):"
+    cause = re.sub(r"\{\{.*?\}\}|Collective ops is aborted by:", "", error.message).strip()
+    cause = (cause.splitlines() or [""])[0].rstrip(":")
+    return WorkerLostError(
+        f"a worker of the cluster stopped or cannot be reached ({type(error).__name__}: "
+        f"{cause}); the run's state is the chief's last backup: rerun the same command on every "
+        "worker to resume from it"
+    )
+
+
+def broadcast_from_chief(
+    strategy: tf.distribute.MultiWorkerMirroredStrategy, values: list
+) -> list[tf.Tensor]:
+    """The chief's `values` (tensors or numbers), on every worker of the cluster.
+
+    One all-reduce sum to which replica 0, the chief's first, brings the values and every other
+    replica zeros: exact, whatever the values. Ints travel as float64, exact below 2**53.
+    """
+    tensors = [tf.convert_to_tensor(value) for value in values]
+    sent = [t if t.dtype.is_floating else tf.cast(t, tf.float64) for t in tensors]
+    zeros = [tf.zeros_like(t) for t in sent]
+    shares = strategy.experimental_distribute_values_from_function(
+        lambda context: sent if context.replica_id_in_sync_group == 0 else zeros
+    )
+    summed = strategy.run(
+        lambda share: tf.distribute.get_replica_context().all_reduce("SUM", share), args=(shares,)
+    )
+    local = [strategy.experimental_local_results(value)[0] for value in summed]
+    return [tf.cast(value, t.dtype) for value, t in zip(local, tensors, strict=True)]
 
 
 def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:

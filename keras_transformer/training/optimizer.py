@@ -7,7 +7,8 @@ a single batch holding all N.
 
 Every update also keeps the global norm of the gradients it receives (`GradientNormRecorder`),
 which the training step logs as `gradient_norm`: a NaN or infinite one stops training
-(`callbacks.DivergenceGuard`).
+(`callbacks.DivergenceGuard`), or, with `skip_non_finite` set (`train --skip-bad-batches N`),
+that update is skipped: nothing is applied and the step is not counted.
 """
 
 import warnings
@@ -140,22 +141,41 @@ class GradientNormRecorder:
     function. Under accumulation, it is each micro-batch's gradient's norm; under
     `MirroredStrategy`, the first replica's share's, before the replicas' sum. On JAX, whose
     step is stateless, none is kept (the divergence guard watches the loss alone there).
+
+    With `skip_non_finite`, an `apply` whose norm is NaN or infinite changes nothing: no weight,
+    slot, accumulator or step counter; `take_skipped` tells the step whether it skipped. On one
+    replica only (the trainer refuses more): under `MirroredStrategy` the update is a
+    `merge_call`, which TensorFlow rejects inside the condition.
     """
 
     _gradient_norm = None
+    _skipped = None
+    skip_non_finite = False
 
     def apply(self, grads, trainable_variables=None):
         present = [g for g in grads if g is not None]
-        if present and keras.backend.backend() == "tensorflow":  # JAX's step keeps no norm
-            import tensorflow as tf  # global_norm also takes an embedding's IndexedSlices
+        if not (present and keras.backend.backend() == "tensorflow"):  # JAX's step keeps none
+            super().apply(grads, trainable_variables)
+            return
+        import tensorflow as tf  # global_norm also takes an embedding's IndexedSlices
 
-            self._gradient_norm = tf.linalg.global_norm(present)
-        super().apply(grads, trainable_variables)
+        self._gradient_norm = tf.linalg.global_norm(present)
+        if not self.skip_non_finite:
+            super().apply(grads, trainable_variables)
+            return
+        self._skipped = tf.logical_not(tf.math.is_finite(self._gradient_norm))
+        update = super().apply
+        tf.cond(self._skipped, lambda: None, lambda: update(grads, trainable_variables))
 
     def take_gradient_norm(self):
         """The norm of the gradients that the step traced now applied, once (None if none)."""
         norm, self._gradient_norm = self._gradient_norm, None
         return norm
+
+    def take_skipped(self):
+        """Whether the step traced now skipped its update (`skip_non_finite`), once."""
+        skipped, self._skipped = self._skipped, None
+        return skipped
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -13,7 +13,12 @@ and accumulation and clusters (`TF_CONFIG`) stay TensorFlow's.
 A fault ends a run with one line and loses nothing: a NaN or infinite loss or gradient norm stops
 it before the weights it made are saved (`callbacks.DivergenceGuard`); a second trainer of the
 same run directory is refused (`run_directory.trainer_lock`), and so is a resume on other data
-or on data that leaves no pair to train on.
+or on data that leaves no pair to train on. With `--skip-bad-batches N`, up to N batches whose
+gradient norm is not finite are skipped instead, logged and counted.
+
+In a cluster (`TF_CONFIG`) the chief alone writes the run directory; a worker that dies ends the
+others with one line (`distribution.WorkerLostError`), and rerunning the same command resumes
+every worker from the chief's backup (`share_chief_state`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import tempfile
 from pathlib import Path
 
 import keras
@@ -34,10 +40,13 @@ from keras_transformer.objectives.metrics import MaskedAccuracy, Perplexity, Tar
 from keras_transformer.training import callbacks as run_callbacks
 from keras_transformer.training.data import training_data
 from keras_transformer.training.distribution import (
+    PEER_FAILURES,
+    broadcast_from_chief,
     create_strategy,
     is_multi_worker,
     jax_data_parallel,
     rows_divisible_by,
+    worker_lost,
     worker_name,
 )
 from keras_transformer.training.optimizer import create_optimizer
@@ -72,6 +81,7 @@ class TrainingRun:
     keep_checkpoints: int = 5
     devices: int | None = None
     accumulate: int = 1
+    skip_bad_batches: int = 0
     allow_training_changes: bool = False
     precision: str = "float32"
     jit_compile: bool = False
@@ -113,6 +123,7 @@ class TrainingRun:
         for flag, value in (
             ("--checkpoint-every", self.checkpoint_every),
             ("--bleu-every", self.bleu_every),
+            ("--skip-bad-batches", self.skip_bad_batches),
         ):
             if value is not None and value < 0:
                 raise ConfigError(f"{flag} {value} must be positive, or 0 for never")
@@ -124,13 +135,19 @@ class TrainingRun:
 
 
 def compile_model(
-    config: TransformerConfig, jit_compile: bool = False, accumulate: int = 1
+    config: TransformerConfig,
+    jit_compile: bool = False,
+    accumulate: int = 1,
+    skip_bad_batches: bool = False,
 ) -> Transformer:
     """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
     strategy's scope; each update accumulates `accumulate` micro-batches, weighted by their
-    non-padding target tokens (the loss tells the optimizer each one's count)."""
+    non-padding target tokens (the loss tells the optimizer each one's count). With
+    `skip_bad_batches`, a batch whose gradient norm is NaN or infinite changes nothing
+    (`_logs_with_gradient_norm`)."""
     model = Transformer(config)
     optimizer = create_optimizer(config, accumulate)
+    optimizer.skip_non_finite = skip_bad_batches
     model.compile(
         optimizer=optimizer,
         loss=LabelSmoothedCrossEntropy(
@@ -150,12 +167,24 @@ def compile_model(
 
 def _logs_with_gradient_norm(step, model):
     """`step`, with the norm of the gradients it applied in its logs as `gradient_norm` (not
-    under loss scaling, whose optimizer applies them only in a conditional branch of its own)."""
+    under loss scaling, whose optimizer applies them only in a conditional branch of its own).
+
+    Where the optimizer skips non-finite updates, a skipped batch also leaves the metrics as they
+    were (its NaN loss would stay in the epoch's mean), and the logs say `skipped_batch` 1.
+    """
 
     def train_step(data):
+        skipping = getattr(model.optimizer, "skip_non_finite", False)
+        watched = model.metrics_variables if skipping else []
+        kept = [tf.identity(variable.value) for variable in watched]
         logs = step(data)
         take = getattr(model.optimizer, "take_gradient_norm", None)
         norm = take() if take else None
+        if skipping:
+            skipped = model.optimizer.take_skipped()
+            for variable, value in zip(watched, kept, strict=True):
+                variable.assign(tf.where(skipped, value, variable.value))
+            logs = {**model.get_metrics_result(), "skipped_batch": tf.cast(skipped, "float32")}
         return logs if norm is None else {**logs, "gradient_norm": norm}
 
     return train_step
@@ -184,22 +213,20 @@ def _logs_with_worker_axis(step):
     return lambda data: {name: tf.reshape(value, [1]) for name, value in step(data).items()}
 
 
-def own_run(run: TrainingRun) -> TrainingRun:
-    """The run as this process keeps it.
+def as_worker(run: TrainingRun, scratch: Path) -> TrainingRun:
+    """The run as a non-chief worker of a cluster (`TF_CONFIG`) trains it: in `scratch`, a
+    directory deleted when it ends, without BLEU.
 
-    In a cluster (`TF_CONFIG`) only the chief writes the run directory. Two writers of one run
-    would collide at its first backup (HDF5 locks the file) and append each log line twice.
-    Every other worker keeps a resumable run of its own in `workers/<name>/` inside it (backup,
-    checkpoints, metrics, logs, final weights, and a vocabulary: SentencePiece learns the same
-    pieces from the same files, which `train` checks, or `--subwords` gives each the same one),
-    and leaves BLEU to the chief: its decoding is no collective, so the others need not run it.
+    Only the chief writes the run directory: its backup is the one state of the run, so that a
+    rerun after any worker's crash resumes every worker from one step (`share_chief_state`).
+    The others still save their weights when the chief does, into `scratch`: under
+    `MultiWorkerMirroredStrategy` reading the variables to save them is a collective, which
+    every worker must join. They also keep there their copy of config.json, run.json and the
+    vocabulary (SentencePiece learns the same pieces from the same files, which `train`
+    checks, or `--subwords` gives each the same one). BLEU's decoding is no collective, so they
+    need not run it.
     """
-    name = worker_name()
-    if name is None:
-        return run
-    return dataclasses.replace(
-        run, output=run.output / run_directory.WORKERS_DIR / name, bleu_every=0
-    )
+    return dataclasses.replace(run, output=scratch, bleu_every=0)
 
 
 def check_workers_agree(
@@ -207,42 +234,36 @@ def check_workers_agree(
     value: int,
     what: str,
     remedy: str,
-    error: type[Exception] = run_directory.CheckpointError,
 ):
-    """Raises `error` on every worker unless all of them hold the same `value`, an int saying
-    `what`; `remedy` tells the user how to make them agree. Below 2**24, the squares summed over
-    up to 32 workers stay exact in float64.
+    """Raises a `ConfigError` on every worker unless all of them hold the same `value`, an int
+    saying `what`; `remedy` tells the user how to make them agree. Below 2**24, the squares
+    summed over up to 32 workers stay exact in float64.
 
-    Each worker resumes from a backup of its own and trains a vocabulary of its own
-    (`own_run`). Workers with a backup and without one would fail in the restore's
-    collectives; workers that restored different steps would train on from weights the others
-    do not hold; workers with different vocabularies would average gradients of ids that mean
-    different pieces, silently.
+    Each worker trains a vocabulary of its own (`as_worker`): workers with different
+    vocabularies would average gradients of ids that mean different pieces, silently.
     """
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
     values = strategy.run(lambda: tf.constant([value, value * value], tf.float64))
     mean, mean_square = strategy.reduce("MEAN", values, axis=None).numpy()
     if mean_square != mean * mean:  # the same on every worker, so all of them stop
-        raise error(f"the workers disagree on {what}: {value} here, {mean:g} on average. {remedy}")
-
-
-# What to do when the workers' backups disagree.
-BACKUP_REMEDY = (
-    "Give every worker the same step's backup, or delete all of them (the chief's backup/ and "
-    "each workers/<name>/backup/) to start over"
-)
+        raise ConfigError(
+            f"the workers disagree on {what}: {value} here, {mean:g} on average. {remedy}"
+        )
 
 
 def resumable_backup(run: TrainingRun) -> run_callbacks.ResumableBackup:
     # Kept after a finished run, so that rerunning the command resumes instead of starting over.
-    # Keras counts micro-batches here, the optimizer updates.
+    # Keras counts micro-batches here, the optimizer updates. In a cluster the model holds what
+    # the chief restored before fit (`restore_run`): loading it again would be a collective that
+    # only the chief joins.
     save_freq = run.checkpoint_every * run.accumulate if run.checkpoint_every else "epoch"
     return run_callbacks.ResumableBackup(
         run.output / run_directory.BACKUP_DIR,
         run.output / run_directory.CHECKPOINTS_DIR,
         save_freq=save_freq,
         delete_checkpoint=False,
+        restore=not is_multi_worker(),
     )
 
 
@@ -251,6 +272,46 @@ def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
     backup.set_model(model)
     backup.on_train_begin()
     return int(model.optimizer.iterations.numpy())
+
+
+def restore_run(run: TrainingRun, config, strategy, model) -> run_callbacks.StopOnPlateau | None:
+    """Restores the run's backup into `model` (built in `strategy`'s scope, which this is called
+    outside of); returns `--patience`'s callback, primed.
+
+    In a cluster the chief alone holds the backup, and loading weights into a model of
+    `MultiWorkerMirroredStrategy` is a collective that every worker would have to join. So each
+    worker restores into a model of its own outside the strategy (the others have nothing to
+    restore) and takes the chief's state from there (`share_chief_state`).
+    """
+    if not is_multi_worker():
+        with strategy.scope():
+            return plateau_stop(run, restored_step(model, resumable_backup(run)))
+    with tf.device("CPU:0"):  # in host memory: the accelerators' is the training's
+        local = compile_model(config, run.jit_compile, run.accumulate)
+    backup = run_callbacks.ResumableBackup(
+        run.output / run_directory.BACKUP_DIR, run.output / run_directory.CHECKPOINTS_DIR
+    )
+    plateau = plateau_stop(run, restored_step(local, backup))
+    with strategy.scope():
+        share_chief_state(strategy, local, model, plateau)
+    return plateau
+
+
+def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlateau | None):
+    """Gives `model`, on every worker of a cluster, what the chief restored into `source`:
+    weights, optimizer state (the step), the epoch to restart and `--patience`'s count."""
+    variables = [*model.weights, *model.optimizer.variables]
+    counts = [getattr(source, "_initial_epoch", 0) or 0]
+    if plateau:
+        counts += [plateau.best, plateau.stale_epochs]
+    restored = [*source.weights, *source.optimizer.variables]
+    values = broadcast_from_chief(strategy, [*(v.value for v in restored), *counts])
+    for variable, value in zip(variables, values[: len(variables)], strict=True):
+        variable.assign(value)
+    epoch, *patience = (float(value) for value in values[len(variables) :])
+    model._initial_epoch = int(epoch)  # as the chief's backup set it, for fit
+    if plateau:
+        plateau.best, plateau.stale_epochs = patience[0], int(patience[1])
 
 
 def validation_scores(
@@ -276,14 +337,21 @@ def validation_scores(
 
 
 def build_callbacks(
-    run: TrainingRun, tokenizer, files, plateau: run_callbacks.StopOnPlateau | None
+    run: TrainingRun,
+    tokenizer,
+    files,
+    plateau: run_callbacks.StopOnPlateau | None,
+    step: int = 0,
 ) -> list[keras.callbacks.Callback]:
+    """The run's callbacks, resumed at `step`."""
     metrics = run_callbacks.MetricsJsonl(
         run.output / run_directory.METRICS_FILE, every_steps=run.log_every
     )
+    skipped = sum(r["kind"] == "skipped_batch" for r in logged_records(run, step))
+    # First: it ends training before any other callback saves a diverged update's weights.
+    guard = run_callbacks.DivergenceGuard(run.skip_bad_batches, skipped, metrics)
     callbacks = [
-        # First: it ends training before any other callback saves a diverged update's weights.
-        run_callbacks.DivergenceGuard(),
+        guard,
         # Next: it restores the step that the others read when they begin.
         resumable_backup(run),
         run_callbacks.TokenThroughput(),
@@ -312,14 +380,17 @@ def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | N
     """`--patience`'s callback, primed with the validation losses logged up to `step`."""
     if not run.patience:
         return None
-    metrics = run.output / run_directory.METRICS_FILE
-    records = run_directory.read_metrics(metrics) if metrics.exists() else []
     history = [
-        r["val_loss"]
-        for r in records
-        if r["kind"] == "epoch" and "val_loss" in r and r["step"] <= step
+        r["val_loss"] for r in logged_records(run, step) if r["kind"] == "epoch" and "val_loss" in r
     ]
     return run_callbacks.StopOnPlateau(run.patience, history)
+
+
+def logged_records(run: TrainingRun, step: int) -> list[dict]:
+    """The run's metrics.jsonl records up to `step` (none where it has none)."""
+    metrics = run.output / run_directory.METRICS_FILE
+    records = run_directory.read_metrics(metrics) if metrics.exists() else []
+    return [r for r in records if r["step"] <= step]
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
@@ -388,11 +459,27 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
             "would stop each worker at its own step; bound the run with --max-steps"
         )
     on_jax = keras.backend.backend() == "jax"
-    run = for_jax(run) if on_jax else own_run(run)
+    run = for_jax(run) if on_jax else run
     if run.subwords:
         run_directory.check_subwords(run)
-    with run_directory.trainer_lock(run.output):
-        return _train_locked(config, run, on_jax)
+    try:
+        return _train_as_this_worker(config, run, on_jax)
+    except PEER_FAILURES as error:
+        if not is_multi_worker():
+            raise
+        # A worker died (kill -9, a lost machine): TensorFlow's coordination service missed its
+        # heartbeats and aborted the collectives that the others waited in.
+        raise worker_lost(error) from error
+
+
+def _train_as_this_worker(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
+    name = worker_name()
+    if name is None:
+        with run_directory.trainer_lock(run.output):
+            return _train_locked(config, run, on_jax)
+    with tempfile.TemporaryDirectory(prefix=f"keras-transformer-{name}-") as scratch:
+        _train_locked(config, as_worker(run, Path(scratch)), on_jax)
+    return run.output / run_directory.FINAL_WEIGHTS
 
 
 def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
@@ -404,6 +491,11 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
     strategy = tf.distribute.get_strategy() if on_jax else create_strategy(run.devices)
     jax_devices = jax_data_parallel(run.devices) if on_jax else 1
     replicas = strategy.num_replicas_in_sync
+    if run.skip_bad_batches and replicas > 1:
+        raise ConfigError(
+            f"--skip-bad-batches needs a single replica, not {replicas}: the skipped update is "
+            "decided inside the step, where MirroredStrategy's update cannot be"
+        )
     if run.accumulate > 1 and replicas > 1:
         raise ConfigError(
             f"--accumulate {run.accumulate} needs a single replica, not {replicas}: Keras "
@@ -433,9 +525,8 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         strategy,
         tokenizer.fingerprint(),
         f"the vocabulary {tokenizer.path} (a checksum of its pieces)",
-        "Every worker learns it from its own copy of the training files: give all of them the "
-        "same files and flags, then delete the differing subwords model(s) to learn them again",
-        ConfigError,
+        "Every worker learns it from its own copy of the training files, or takes --subwords: "
+        "give all of them the same files and flags (the chief's run keeps the one it learned)",
     )
     kept_lengths = data.kept_lengths
     boundaries = length_buckets(config, run, kept_lengths)
@@ -457,24 +548,17 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         epoch_steps,
         "the steps an epoch (counted on their training files)",
         "Give every worker the same training files and flags",
-        ConfigError,
     )
     train_data = strategy.distribute_datasets_from_function(
         lambda context: dataset("train", context, repeat=True)
     )
     with strategy.scope():
-        model = compile_model(config, jit_compile=run.jit_compile, accumulate=run.accumulate)
-        backup = resumable_backup(run)
-        holds_backup = int(backup.has_backup)
-        check_workers_agree(
-            strategy, holds_backup, f"holding a backup in {backup.backup_dir}", BACKUP_REMEDY
+        model = compile_model(
+            config, run.jit_compile, run.accumulate, skip_bad_batches=bool(run.skip_bad_batches)
         )
-        step = restored_step(model, backup)
-    check_workers_agree(
-        strategy, step, f"the step restored from {backup.backup_dir}", BACKUP_REMEDY
-    )
+    plateau = restore_run(run, config, strategy, model)
+    step = int(model.optimizer.iterations.numpy())
     final = run.output / run_directory.FINAL_WEIGHTS
-    plateau = plateau_stop(run, step)
     if run.max_steps and step >= run.max_steps:
         logger.info("the run already reached step %d of --max-steps %d", step, run.max_steps)
         run_directory.save_weights_atomically(model, final)
@@ -509,7 +593,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         # The pipeline shuffles the pairs before bucketing; Keras cannot shuffle a dataset, and
         # with its default shuffle=True it warns in every run that it ignores it.
         shuffle=False,
-        callbacks=build_callbacks(run, tokenizer, data.text_files, plateau),
+        callbacks=build_callbacks(run, tokenizer, data.text_files, plateau, step),
         verbose=run.verbose,
     )
     run_directory.save_weights_atomically(model, final)
@@ -526,6 +610,11 @@ def for_jax(run: TrainingRun) -> TrainingRun:
         )
     if is_multi_worker():
         raise ConfigError("TF_CONFIG describes a cluster, which only --backend tensorflow trains")
+    if run.skip_bad_batches:
+        raise ConfigError(
+            "--skip-bad-batches on JAX: its stateless step keeps no gradient norm to decide by; "
+            "use --backend tensorflow"
+        )
     if run.bleu_every:
         logger.warning(
             "on JAX, no validation BLEU while training (--bleu-every): the search is "

@@ -29,6 +29,7 @@ from keras_transformer.run_directory import (
 )
 from keras_transformer.training.callbacks import (
     DivergenceGuard,
+    MetricsJsonl,
     ResumableBackup,
     RollingCheckpoints,
 )
@@ -131,6 +132,51 @@ def test_an_infinite_gradient_norm_is_named():
     guard.set_model(compile_model(CONFIG))
     with pytest.raises(DivergenceError, match=r"at step 0: the gradient norm is inf;"):
         guard.on_train_batch_end(0, {"loss": 2.5, "gradient_norm": float("inf")})
+
+
+def skipping_fit(x, y, sample_weight, directory, skip_budget):
+    """`fit` one pair a batch with bad batches skipped, from the same initial weights each time;
+    returns the model."""
+    directory.mkdir(exist_ok=True)
+    keras.utils.set_random_seed(3)
+    model = compile_model(CONFIG, skip_bad_batches=True)
+    metrics = MetricsJsonl(directory / "metrics.jsonl", every_steps=1)
+    callbacks = [DivergenceGuard(skip_budget, metrics=metrics), metrics]
+    fit = dict(batch_size=1, shuffle=False, verbose=0, callbacks=callbacks)
+    model.fit(x, y, sample_weight=sample_weight, **fit)
+    return model
+
+
+def test_a_skipped_bad_batch_changes_nothing_and_is_counted(tmp_path, caplog):
+    """With --skip-bad-batches, a batch whose loss is NaN (a NaN sample weight) leaves the model
+    and optimizer as training without that batch does, and is logged and counted; one bad batch
+    more than allowed stops training as a divergence."""
+    (source, target_in), target = toy_data()
+    weights = np.ones(len(target), "float32")
+    weights[3] = np.nan
+    keep = np.arange(len(target)) != 3
+
+    with caplog.at_level(logging.WARNING):
+        skipped = skipping_fit((source, target_in), target, weights, tmp_path, skip_budget=1)
+    clean = skipping_fit(
+        (source[keep], target_in[keep]), target[keep], weights[keep], tmp_path / "clean", 1
+    )
+
+    assert int(skipped.optimizer.iterations.numpy()) == len(target) - 1
+    for bad, good in zip(state_of(skipped), state_of(clean), strict=True):
+        np.testing.assert_array_equal(bad, good)
+    assert "step 4: skipped a batch whose gradient norm is nan (1 of --skip-bad-batches 1)" in (
+        caplog.text
+    )
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    counts = [(r["step"], r["skipped_batches"]) for r in records if "skipped_batches" in r]
+    assert counts == [(3, 1)]
+    assert all(np.isfinite(r["loss"]) for r in records if "loss" in r)
+
+    weights[5] = np.inf
+    bad_norm = r"at step 5: the gradient norm is (nan|inf) in bad batch 2, past --skip-bad-batches"
+    with pytest.raises(DivergenceError, match=bad_norm):
+        skipping_fit((source, target_in), target, weights, tmp_path / "twice", skip_budget=1)
 
 
 def test_non_finite_weights_are_never_written_over_good_ones(tmp_path):
