@@ -426,16 +426,7 @@ def _train_vocabulary(corpus, train_pairs, directory, options):
     except RuntimeError as error:  # SentencePiece: a vocabulary too large for the text
         raise CorpusError(f"training a {kind} vocabulary of {size} failed: {error}") from error
     shutil.rmtree(scratch)
-    tokenizer = SubwordTokenizer(path)
-    entry = {
-        "kind": kind,
-        **_file_entry(path),
-        "entries": tokenizer.vocab_size,
-        "lowercase": options["lowercase"],
-        "sentences": sentences,
-        "sampled": chosen is not None,
-    }
-    return entry, tokenizer
+    return _vocabulary_entry(path, options, sentences, sampled=chosen is not None)
 
 
 def _given_vocabulary(path, directory, options):
@@ -448,14 +439,20 @@ def _given_vocabulary(path, directory, options):
         raise CorpusError(f"the given vocabulary {path}: {error}") from error
     copy = directory / VOCABULARY_FILES[kind]
     shutil.copyfile(path, copy)
-    tokenizer = SubwordTokenizer(copy)
+    return _vocabulary_entry(copy, options, sentences=0, sampled=False)
+
+
+def _vocabulary_entry(path, options, sentences, sampled):
+    """The manifest entry of the vocabulary file `path`, learned from `sentences` (0: given),
+    and its tokenizer."""
+    tokenizer = SubwordTokenizer(path)
     entry = {
-        "kind": kind,
-        **_file_entry(copy),
+        "kind": options["vocabulary"],
+        **_file_entry(path),
         "entries": tokenizer.vocab_size,
         "lowercase": options["lowercase"],
-        "sentences": 0,
-        "sampled": False,
+        "sentences": sentences,
+        "sampled": sampled,
     }
     return entry, tokenizer
 
