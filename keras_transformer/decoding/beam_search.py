@@ -20,7 +20,15 @@ runs in a `tf.while_loop`, inside a SavedModel, and under XLA. Given the axis al
 cache tensor holds positions (`position_axes`), the cache instead grows by blocks of
 `CACHE_BLOCK` positions, one loop per block: re-ranking then gathers, and attention reads, the
 blocks written so far rather than the whole preallocated cache, which would cost a step as much
-as the model's matrix products.
+as the model's matrix products. A cache tensor marked `FIXED` there (the encoder's keys and
+values) is the same for every hypothesis of a sentence: re-ranking leaves it as it is.
+
+With `compact=True` (not under XLA, which needs fixed shapes) a sentence leaves the batch as
+soon as it can no longer improve: its hypotheses are written to the result, and its rows of
+every loop tensor and cache tensor, `FIXED` ones included, are dropped, so the steps after it
+compute only the sentences still open. Without it a batch runs every sentence until its last
+one is done, which on real batches is two to three times the hypothesis-steps needed
+(docs/RESULTS.md). The results are the same either way.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
 alive ones by every token, keeps the `2 × beam` best candidates, sends those ending in EOS (or at
@@ -30,7 +38,9 @@ the worst of its sentence's `beam` finished ones: log-probabilities only fall as
 grows, so the best an alive one can reach is its log-probability over the largest penalty still
 possible. Stopping then loses nothing that running to the maximum length would have found; the
 search itself is still a beam search, which never scores an EOS ending outside a step's `2 × beam`
-candidates.
+candidates. When only the best `exact_hypotheses` of each sentence are wanted (1 for a
+translation), a sentence stops as soon as no alive hypothesis can beat the `exact_hypotheses`-th
+finished one: those come out as the full search gives them, sooner.
 
 Example:
 >>> import tensorflow as tf
@@ -41,6 +51,7 @@ Example:
 (TensorShape([2, 3, 4]), TensorShape([2, 3]))
 """
 
+import functools
 from typing import Any, NamedTuple
 
 import tensorflow as tf
@@ -52,6 +63,9 @@ NEG_INF = -1e9
 # The cache grows along its positions by blocks of this many: a step reorders, and attends
 # over, the blocks written so far, not the whole preallocated cache.
 CACHE_BLOCK = 16
+# In `position_axes`: a cache tensor the same for every hypothesis of a sentence, never
+# re-ranked and never grown (dropped only with its sentence, under `compact`).
+FIXED = "fixed"
 
 
 def without_tokens(scores, token_ids, vocab_axis=-1):
@@ -98,6 +112,15 @@ class BeamSearchResult(NamedTuple):
     lengths: tf.Tensor
 
 
+class Compacted(NamedTuple):
+    """What `compact` carries through the loop beside the state: the limits of the sentences
+    still in it and their rows in the batch, and the results of those already dropped."""
+
+    max_lengths: tf.Tensor  # int32 [open sentences]
+    rows: tf.Tensor  # int32 [open sentences]
+    results: BeamSearchResult  # of every sentence in the batch
+
+
 def write_at(ids, position, tokens):
     """`ids[..., position] = tokens` with fixed shapes (a select, not a scatter)."""
     at_position = tf.range(tf.shape(ids)[-1]) == position
@@ -109,11 +132,26 @@ def _gather_hypotheses(values, indices):
     return tf.gather(values, indices, batch_dims=1)
 
 
-def _reorder_cache(cache, parents, beam_size):
-    """Gathers the cache rows of each kept hypothesis' parent (`parents`: `[batch, beam]`)."""
+def _rows_of(sentences, beam_size):
+    """The cache rows (`b * beam + k`) of every hypothesis `k` of sentences `b` (`[n]`)."""
+    return tf.reshape(sentences[:, None] * beam_size + tf.range(beam_size), [-1])
+
+
+def _reorder_cache(cache, parents, beam_size, position_axes):
+    """Gathers the cache rows of each kept hypothesis' parent (`parents`: `[batch, beam]`);
+    `FIXED` tensors stay as they are."""
     batch_offsets = tf.range(tf.shape(parents)[0])[:, None] * beam_size
     rows = tf.reshape(parents + batch_offsets, [-1])
-    return tf.nest.map_structure(lambda t: tf.gather(t, rows), cache)
+    return _map_cache(
+        lambda t, axis: t if axis == FIXED else tf.gather(t, rows), cache, position_axes
+    )
+
+
+def _map_cache(fn, cache, position_axes):
+    """`fn(tensor, its position axis)` over the cache (axis None for all without axes)."""
+    if position_axes is None:
+        return tf.nest.map_structure(lambda t: fn(t, None), cache)
+    return tf.nest.map_structure(fn, cache, position_axes)
 
 
 def _block_ends(position_axes, max_decode_length):
@@ -127,22 +165,29 @@ def _block_ends(position_axes, max_decode_length):
     ]
 
 
+def _has_positions(axis):
+    return isinstance(axis, int)
+
+
 def _positions(cache, position_axes, start, end):
     """Each tensor of `cache` cut to positions `start` to `end` along its position axis."""
-    if position_axes is None:
-        return cache
-    return tf.nest.map_structure(
-        lambda t, axis: t if axis is None else t[(slice(None),) * axis + (slice(start, end),)],
+    return _map_cache(
+        lambda t, axis: (
+            t[(slice(None),) * axis + (slice(start, end),)] if _has_positions(axis) else t
+        ),
         cache,
         position_axes,
     )
 
 
-def _grown(cache, initial_cache, position_axes, start, end):
-    """`cache` with the initial (unwritten) positions `start` to `end` appended."""
+def _grown(cache, initial_cache, position_axes, start, end, rows=None):
+    """`cache` with the initial (unwritten) positions `start` to `end` appended: those of the
+    cache rows `rows` of `initial_cache`, or of all."""
     added = _positions(initial_cache, position_axes, start, end)
+    if rows is not None:
+        added = tf.nest.map_structure(lambda t: tf.gather(t, rows), added)
     return tf.nest.map_structure(
-        lambda t, more, axis: t if axis is None else tf.concat([t, more], axis),
+        lambda t, more, axis: tf.concat([t, more], axis) if _has_positions(axis) else t,
         cache,
         added,
         position_axes,
@@ -160,6 +205,8 @@ def beam_search(
     eos_id=EOS_ID,
     banned_ids=(),
     position_axes=None,
+    compact=False,
+    exact_hypotheses=None,
 ) -> BeamSearchResult:
     """Batched beam search; see the module docstring.
 
@@ -177,85 +224,68 @@ def beam_search(
         eos_id: the token that ends a hypothesis.
         banned_ids: tokens never generated (`without_tokens`).
         position_axes: optional nest matching `initial_cache`: for each tensor, the axis of
-            the positions `symbols_to_logits_fn` writes at `step`, or None. The cache then
-            grows by blocks of `CACHE_BLOCK` positions (a loop per block, each of fixed
-            shapes), and `symbols_to_logits_fn` must take it of any length from `step + 1`
-            on; the results are the same.
+            the positions `symbols_to_logits_fn` writes at `step`, None, or `FIXED`. The
+            cache then grows by blocks of `CACHE_BLOCK` positions (a loop per block, each of
+            fixed shapes), and `symbols_to_logits_fn` must take it of any length from
+            `step + 1` on; the results are the same.
+        compact: drop each sentence from the batch once it is done (shapes then change from
+            step to step, so not under XLA); the results are the same.
+        exact_hypotheses: how many of each sentence's best hypotheses must be those of the
+            full search (default all `beam_size`); those after them may differ.
 
     Returns:
         A `BeamSearchResult`.
     """
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     batch_size = tf.shape(initial_ids)[0]
-    buffer_length = max_decode_length + 1
     if max_lengths is None:
         max_lengths = tf.fill([batch_size], max_decode_length)
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
-
-    def step_fn(state: BeamSearchState) -> BeamSearchState:
-        step = state.step
-        logits, cache = symbols_to_logits_fn(
-            tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
-        )
-        vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-        log_probs = tf.nn.log_softmax(without_tokens(tf.cast(logits, tf.float32), banned_ids))
-        log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
-        candidates = tf.reshape(
-            state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]
-        )
-        if isinstance(vocab_size, int) and isinstance(beam_size, int):
-            candidate_count = min(2 * beam_size, beam_size * vocab_size)  # static, for XLA
-        else:
-            candidate_count = tf.minimum(2 * beam_size, beam_size * vocab_size)
-        top_log_probs, top_indices = tf.math.top_k(candidates, k=candidate_count)
-        parents, tokens = top_indices // vocab_size, top_indices % vocab_size
-        ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)
-
-        length = step + 1
-        real = top_log_probs > NEG_INF / 2  # extends a real hypothesis, not an empty slot
-        ends = (tokens == eos_id) | (length >= max_lengths)[:, None]
-
-        alive_scores = tf.where(ends | ~real, NEG_INF, top_log_probs)
-        alive_log_probs, alive_picks = tf.math.top_k(alive_scores, k=beam_size)
-        alive_ids = _gather_hypotheses(ids, alive_picks)
-        cache = _reorder_cache(cache, _gather_hypotheses(parents, alive_picks), beam_size)
-
-        new_scores = tf.where(ends & real, top_log_probs / length_penalty(length, alpha), NEG_INF)
-        scores = tf.concat([state.finished_scores, new_scores], axis=1)
-        finished_scores, finished_picks = tf.math.top_k(scores, k=beam_size)
-
-        def merge_finished(old, new):
-            return _gather_hypotheses(tf.concat([old, new], axis=1), finished_picks)
-
-        return BeamSearchState(
-            step=length,
-            alive_ids=alive_ids,
-            alive_log_probs=alive_log_probs,
-            finished_ids=merge_finished(state.finished_ids, ids),
-            finished_scores=finished_scores,
-            finished_log_probs=merge_finished(state.finished_log_probs, top_log_probs),
-            finished_lengths=merge_finished(
-                state.finished_lengths, tf.fill(tf.shape(tokens), length)
-            ),
-            cache=cache,
-        )
-
-    def can_improve(state: BeamSearchState):
-        # Both ends of a monotone penalty bound it over the lengths still reachable.
-        best_penalty = tf.maximum(
-            length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
-        )
-        best_reachable = state.alive_log_probs[:, 0] / best_penalty
-        open_sentences = (state.alive_log_probs[:, 0] > NEG_INF / 2) & (
-            best_reachable > state.finished_scores[:, -1]
-        )
-        return (state.step < max_decode_length) & tf.reduce_any(open_sentences)
-
     ends = _block_ends(position_axes, max_decode_length)
-    first_ids = tf.fill([batch_size, beam_size, buffer_length], PAD_ID)
+    state = _initial_state(initial_ids, beam_size, max_decode_length)
+    state = state._replace(cache=_positions(initial_cache, position_axes, 0, ends[0]))
+    expand = functools.partial(
+        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, banned_ids, position_axes
+    )
+    is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
+    if compact:
+        carried = Compacted(max_lengths, tf.range(batch_size), _results_of(state))
+        body = functools.partial(_step_and_drop_done, expand, is_open, beam_size)
+    else:
+        # The limits stay outside the loop (XLA fails on a constant carried through it).
+        carried = ()
+
+        def body(state, carried):
+            return expand(state, max_lengths), carried
+
+    def open_sentences(state, carried):
+        return is_open(state, carried.max_lengths if compact else max_lengths)
+
+    for start, end in zip([0, *ends], ends, strict=False):
+        if start:
+            rows = _rows_of(carried.rows, beam_size) if compact else None
+            state = state._replace(
+                cache=_grown(state.cache, initial_cache, position_axes, start, end, rows)
+            )
+        state, carried = tf.while_loop(
+            lambda state, carried, end=end: (
+                (state.step < end) & tf.reduce_any(open_sentences(state, carried))
+            ),
+            body,
+            (state, carried),
+            shape_invariants=_any_batch(state, carried) if compact else None,
+            maximum_iterations=end - start,
+        )
+    return _published(state, carried) if compact else _results_of(state)
+
+
+def _initial_state(initial_ids, beam_size, max_decode_length):
+    """Every sentence's first alive hypothesis: BOS, log-probability 0; nothing finished."""
+    batch_size = tf.shape(initial_ids)[0]
+    first_ids = tf.fill([batch_size, beam_size, max_decode_length + 1], PAD_ID)
     first_ids = write_at(first_ids, 0, tf.tile(initial_ids[:, None], [1, beam_size]))
     only_first_beam = tf.concat([[0.0], tf.fill([beam_size - 1], NEG_INF)], axis=0)
-    initial = BeamSearchState(
+    return BeamSearchState(
         step=tf.constant(0),
         alive_ids=first_ids,
         alive_log_probs=tf.tile(only_first_beam[None, :], [batch_size, 1]),
@@ -263,23 +293,132 @@ def beam_search(
         finished_scores=tf.fill([batch_size, beam_size], NEG_INF),
         finished_log_probs=tf.fill([batch_size, beam_size], NEG_INF),
         finished_lengths=tf.zeros([batch_size, beam_size], tf.int32),
-        cache=_positions(initial_cache, position_axes, 0, ends[0]),
+        cache=(),
     )
-    final = initial
-    for start, end in zip([0, *ends], ends, strict=False):
-        if start:
-            final = final._replace(
-                cache=_grown(final.cache, initial_cache, position_axes, start, end)
-            )
-        (final,) = tf.while_loop(
-            lambda state, end=end: can_improve(state) & (state.step < end),
-            lambda state: (step_fn(state),),
-            (final,),
-            maximum_iterations=end - start,
+
+
+def _expand(
+    symbols_to_logits_fn, beam_size, alpha, eos_id, banned_ids, position_axes, state, max_lengths
+):
+    """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
+    those that end to the finished set and keeps the best `beam` others alive."""
+    step = state.step
+    batch_size = tf.shape(state.alive_log_probs)[0]
+    logits, cache = symbols_to_logits_fn(
+        tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
+    )
+    vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
+    log_probs = tf.nn.log_softmax(without_tokens(tf.cast(logits, tf.float32), banned_ids))
+    log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
+    candidates = tf.reshape(
+        state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]
+    )
+    if isinstance(vocab_size, int) and isinstance(beam_size, int):
+        candidate_count = min(2 * beam_size, beam_size * vocab_size)  # static, for XLA
+    else:
+        candidate_count = tf.minimum(2 * beam_size, beam_size * vocab_size)
+    top_log_probs, top_indices = tf.math.top_k(candidates, k=candidate_count)
+    parents, tokens = top_indices // vocab_size, top_indices % vocab_size
+    ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)
+
+    length = step + 1
+    real = top_log_probs > NEG_INF / 2  # extends a real hypothesis, not an empty slot
+    ends = (tokens == eos_id) | (length >= max_lengths)[:, None]
+
+    alive_scores = tf.where(ends | ~real, NEG_INF, top_log_probs)
+    alive_log_probs, alive_picks = tf.math.top_k(alive_scores, k=beam_size)
+    alive_ids = _gather_hypotheses(ids, alive_picks)
+    cache = _reorder_cache(
+        cache, _gather_hypotheses(parents, alive_picks), beam_size, position_axes
+    )
+
+    new_scores = tf.where(ends & real, top_log_probs / length_penalty(length, alpha), NEG_INF)
+    scores = tf.concat([state.finished_scores, new_scores], axis=1)
+    finished_scores, finished_picks = tf.math.top_k(scores, k=beam_size)
+
+    def merge_finished(old, new):
+        return _gather_hypotheses(tf.concat([old, new], axis=1), finished_picks)
+
+    return BeamSearchState(
+        step=length,
+        alive_ids=alive_ids,
+        alive_log_probs=alive_log_probs,
+        finished_ids=merge_finished(state.finished_ids, ids),
+        finished_scores=finished_scores,
+        finished_log_probs=merge_finished(state.finished_log_probs, top_log_probs),
+        finished_lengths=merge_finished(state.finished_lengths, tf.fill(tf.shape(tokens), length)),
+        cache=cache,
+    )
+
+
+def _open_sentences(state: BeamSearchState, max_lengths, alpha, exact):
+    """Whether each sentence's best alive hypothesis can still beat its `exact`-th best
+    finished one.
+
+    Both ends of a monotone penalty bound it over the lengths still reachable; a sentence once
+    closed stays closed (log-probabilities only fall, finished scores only rise).
+    """
+    best_penalty = tf.maximum(
+        length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
+    )
+    best_reachable = state.alive_log_probs[:, 0] / best_penalty
+    return (state.alive_log_probs[:, 0] > NEG_INF / 2) & (
+        best_reachable > state.finished_scores[:, exact - 1]
+    )
+
+
+def _step_and_drop_done(expand, is_open, beam_size, state, carried: Compacted):
+    """`expand`, then the sentences that can no longer improve written to the results and
+    dropped from the state."""
+    state = expand(state, carried.max_lengths)
+    still_open = is_open(state, carried.max_lengths)
+
+    def drop_done():
+        kept = tf.cast(tf.reshape(tf.where(still_open), [-1]), tf.int32)
+        sentences = {
+            field: tf.gather(getattr(state, field), kept)
+            for field in BeamSearchState._fields
+            if field not in ("step", "cache")
+        }
+        kept_rows = _rows_of(kept, beam_size)
+        cache = tf.nest.map_structure(lambda t: tf.gather(t, kept_rows), state.cache)
+        return state._replace(**sentences, cache=cache), Compacted(
+            tf.gather(carried.max_lengths, kept),
+            tf.gather(carried.rows, kept),
+            _published(state, carried),
         )
+
+    return tf.cond(tf.reduce_all(still_open), lambda: (state, carried), drop_done)
+
+
+def _results_of(state: BeamSearchState) -> BeamSearchResult:
     return BeamSearchResult(
-        ids=final.finished_ids[:, :, 1:],
-        scores=final.finished_scores,
-        log_probs=final.finished_log_probs,
-        lengths=final.finished_lengths,
+        ids=state.finished_ids[:, :, 1:],
+        scores=state.finished_scores,
+        log_probs=state.finished_log_probs,
+        lengths=state.finished_lengths,
+    )
+
+
+def _published(state: BeamSearchState, carried: Compacted) -> BeamSearchResult:
+    """The results with the rows of the state's sentences set to their finished hypotheses."""
+    rows = carried.rows[:, None]
+    return BeamSearchResult(
+        *(
+            tf.tensor_scatter_nd_update(all_rows, rows, these_rows)
+            for all_rows, these_rows in zip(carried.results, _results_of(state), strict=True)
+        )
+    )
+
+
+def _any_batch(state: BeamSearchState, carried: Compacted):
+    """The loop's shape invariants under `compact`: any number of sentences (and rows)."""
+
+    def any_rows(t):
+        return tf.TensorShape([None, *t.shape[1:]]) if t.shape.rank else t.shape
+
+    return tf.nest.map_structure(any_rows, state), Compacted(
+        any_rows(carried.max_lengths),
+        any_rows(carried.rows),
+        tf.nest.map_structure(lambda t: t.shape, carried.results),
     )

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import (
+    FIXED,
     BeamSearchResult,
     beam_search,
     length_penalty,
@@ -31,7 +32,7 @@ from keras_transformer.decoding.beam_search import (
     write_at,
 )
 from keras_transformer.decoding.ensemble import decoding_members, mean_distribution
-from keras_transformer.layers.decoder_layer import REORDERED_CACHE_AXES, REORDERED_CACHE_KEYS
+from keras_transformer.layers.decoder_layer import REORDERED_CACHE_AXES
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # §6.1: "maximum output length during inference to input length + 50".
@@ -133,34 +134,35 @@ def max_decode_length(model, source_ids, extra_length):
 def cached_step(model, encoder_output, source_mask, max_length):
     """`symbols_to_logits_fn` on `Transformer.decode_step`, and its initial cache.
 
-    Only the self-attention keys/values go into the searched cache (beam search reorders them);
-    the encoder-decoder keys/values, identical for all hypotheses of a sentence, stay in the
-    closure and are computed once.
+    The cache holds every layer's keys and values and the source mask; beam search reorders
+    only the self-attention keys/values (`_position_axes`): the encoder-decoder ones and the
+    mask are the same for all hypotheses of a sentence and computed once.
     """
-    full_cache = model.init_cache(encoder_output, max_length)
-    fixed = tuple({k: v for k, v in c.items() if k not in REORDERED_CACHE_KEYS} for c in full_cache)
-    searched = tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in full_cache)
+    cache = (model.init_cache(encoder_output, max_length), source_mask)
 
     def symbols_to_logits(ids, step, cache):
-        merged = tuple({**s, **f} for s, f in zip(cache, fixed, strict=True))
-        logits, merged = model.decode_step(ids, step, merged, source_mask)
-        return logits, tuple({k: c[k] for k in REORDERED_CACHE_KEYS} for c in merged)
+        layer_caches, source_mask = cache
+        logits, layer_caches = model.decode_step(ids, step, layer_caches, source_mask)
+        return logits, (layer_caches, source_mask)
 
-    return symbols_to_logits, searched
+    return symbols_to_logits, cache
 
 
 def uncached_step(model, encoder_output, source_mask, max_length):
     """`symbols_to_logits_fn` that re-runs the decoder over the whole prefix at every step.
 
-    Its "cache" is the prefix of target ids itself, so beam search reorders it like any cache.
+    Its cache holds the prefix of target ids itself, which beam search reorders like any
+    cache, beside the encoder output and source mask.
     """
 
-    def symbols_to_logits(ids, step, prefix):
+    def symbols_to_logits(ids, step, cache):
+        prefix, encoder_output, source_mask = cache
         prefix = write_at(prefix, step, ids)
         logits = model.decode(prefix[:, : step + 1], encoder_output, source_mask)
-        return logits[:, -1, :], prefix
+        return logits[:, -1, :], (prefix, encoder_output, source_mask)
 
-    return symbols_to_logits, tf.fill([tf.shape(encoder_output)[0], max_length], PAD_ID)
+    prefix = tf.fill([tf.shape(encoder_output)[0], max_length], PAD_ID)
+    return symbols_to_logits, (prefix, encoder_output, source_mask)
 
 
 def _member_step(model, source_ids, copies, length, cached):
@@ -175,10 +177,15 @@ def _member_step(model, source_ids, copies, length, cached):
 
 def _position_axes(cache, cached):
     """The position axis of each tensor of one Transformer's cache (`beam_search`'s
-    `position_axes`): the self-attention keys' and values', or the uncached prefix's."""
+    `position_axes`): the self-attention keys' and values', or the uncached prefix's; the
+    rest is `FIXED`."""
     if cached:
-        return tuple({key: REORDERED_CACHE_AXES[key] for key in layer} for layer in cache)
-    return 1
+        layer_caches, _ = cache
+        layers = tuple(
+            {key: REORDERED_CACHE_AXES.get(key, FIXED) for key in layer} for layer in layer_caches
+        )
+        return layers, FIXED
+    return 1, FIXED, FIXED
 
 
 def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, longest_extra):
@@ -238,10 +245,13 @@ def beam_decode(
     cached=True,
     constraint=None,
     longest_extra=None,
+    compact=False,
+    exact_hypotheses=None,
 ) -> BeamSearchResult:
     """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
     `constraint` and `longest_extra` as for `greedy_decode`, with one source row per
-    hypothesis."""
+    hypothesis; `compact` (not under XLA) and `exact_hypotheses` as for
+    `beam_search.beam_search`."""
     step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
     )
@@ -255,17 +265,28 @@ def beam_decode(
         limits,
         banned_ids=NEVER_GENERATED,
         position_axes=axes,
+        compact=compact,
+        exact_hypotheses=exact_hypotheses,
     )
 
 
 def n_best_hypotheses(
-    model, source_ids, beam_size, alpha, extra_length, constraint=None, longest_extra=None
+    model,
+    source_ids,
+    beam_size,
+    alpha,
+    extra_length,
+    constraint=None,
+    longest_extra=None,
+    compact=False,
+    exact_hypotheses=None,
 ) -> BeamSearchResult:
     """The `beam_size` best hypotheses of each source, best first, as a `BeamSearchResult`:
     beam search's finished set, or for `beam_size` 1 greedy decoding's one hypothesis, scored
     as a beam's (log P / lp, §6.1). A slot the search left empty (fewer distinct hypotheses than
     beams) scores `NEG_INF`. A tensor `beam_size`, as a serving signature takes it, chooses at
-    run time; `longest_extra` as for `greedy_decode`."""
+    run time; `longest_extra` as for `greedy_decode`; `compact` and `exact_hypotheses` as for
+    `beam_decode`."""
 
     def greedy():
         result = greedy_decode(model, source_ids, extra_length, True, constraint, longest_extra)
@@ -275,7 +296,16 @@ def n_best_hypotheses(
 
     def beam():
         return beam_decode(
-            model, source_ids, beam_size, alpha, extra_length, True, constraint, longest_extra
+            model,
+            source_ids,
+            beam_size,
+            alpha,
+            extra_length,
+            True,
+            constraint,
+            longest_extra,
+            compact,
+            exact_hypotheses,
         )
 
     if isinstance(beam_size, int):
@@ -295,8 +325,10 @@ def best_of(result: BeamSearchResult, beam_size):
 
 
 def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
-    """`best_of` the `n_best_hypotheses`."""
-    result = n_best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint)
+    """`best_of` the `n_best_hypotheses`, searched until the best is final."""
+    result = n_best_hypotheses(
+        model, source_ids, beam_size, alpha, extra_length, constraint, exact_hypotheses=1
+    )
     return best_of(result, beam_size)
 
 

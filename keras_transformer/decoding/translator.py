@@ -103,25 +103,44 @@ class Translator:
         self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
+        # XLA needs fixed shapes; without it, sentences leave the batch as they finish.
+        self._compact = not jit_compile
         search = tf.function(self._n_best, jit_compile=jit_compile)
         # Not compiled as a whole, so that the slices' searches run at the same time.
         self._decode = tf.function(functools.partial(decode_side_by_side, search, slices=slices))
 
-    def _n_best(self, source_ids, beam_size, alpha, extra_length):
+    def _n_best(self, source_ids, beam_size, alpha, extra_length, exact_hypotheses):
         return n_best_hypotheses(
-            self.model, source_ids, beam_size, alpha, extra_length, self.constraint
+            self.model,
+            source_ids,
+            beam_size,
+            alpha,
+            extra_length,
+            self.constraint,
+            compact=self._compact,
+            exact_hypotheses=exact_hypotheses,
         )
 
     def decode_n_best(
-        self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH
+        self,
+        source_ids,
+        beam_size=BEAM_SIZE,
+        alpha=ALPHA,
+        extra_length=EXTRA_LENGTH,
+        exact_hypotheses=None,
     ) -> BeamSearchResult:
         """Padded source ids `[batch, length]` → the `beam_size` best hypotheses of each
-        (`search.n_best_hypotheses`); `beam_size=1` decodes greedily."""
+        (`search.n_best_hypotheses`); `beam_size=1` decodes greedily. With `exact_hypotheses`
+        only that many of the best are sure to be the full search's."""
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         rows = source_ids.shape[0]
         # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
         result = self._decode(
-            pad_rows_to_bucket(source_ids), beam_size, tf.constant(alpha, tf.float32), extra_length
+            pad_rows_to_bucket(source_ids),
+            beam_size,
+            tf.constant(alpha, tf.float32),
+            extra_length,
+            exact_hypotheses,
         )
         return BeamSearchResult(*(tensor[:rows] for tensor in result))
 
@@ -130,7 +149,8 @@ class Translator:
 
         `beam_size=1` decodes greedily (scores are then plain log-probabilities).
         """
-        return best_of(self.decode_n_best(source_ids, beam_size, alpha, extra_length), beam_size)
+        result = self.decode_n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses=1)
+        return best_of(result, beam_size)
 
     def encode_sentences(self, sentences, line_numbers=None):
         """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.

@@ -35,7 +35,7 @@ True
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.beam_search import NEG_INF
+from keras_transformer.decoding.beam_search import FIXED, NEG_INF
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 SPECIAL_IDS = (PAD_ID, BOS_ID, EOS_ID)
@@ -97,22 +97,25 @@ class WellFormedTrees:
             The constrained `symbols_to_logits` and its initial cache.
         """
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-        rows, source_length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        rows = tf.shape(source_ids)[0]
         word_counts = tf.reduce_sum(tf.cast(~_is_special(source_ids), tf.int32), axis=1)
         state = (tf.zeros([rows], tf.int32), tf.zeros([rows], tf.int32))
+        sentence = (source_ids, word_counts, tf.cast(max_lengths, tf.int32))
 
-        def constrained(ids, step, state_and_cache):
-            (written, depth), inner = state_and_cache  # before `ids`, the last token
+        def constrained(ids, step, cache):
+            (written, depth), sentence, inner = cache  # `written`, `depth`: before `ids`
+            source_ids, word_counts, max_lengths = sentence
             opened, closed = self._is_open(ids), ids == self.close_id
             written += tf.cast(self._is_leaf(ids), tf.int32)
             depth += tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)
             logits, inner = symbols_to_logits(ids, step, inner)
             vocabulary, opens, leaves = self._vocabulary_masks(logits.shape[-1])
-            next_word = tf.gather(source_ids, tf.minimum(written, source_length - 1), batch_dims=1)
+            last_word = tf.shape(source_ids)[1] - 1
+            next_word = tf.gather(source_ids, tf.minimum(written, last_word), batch_dims=1)
             words_left = word_counts - written
             # Room left after the next token; an opening bracket then needs one per word left,
             # depth + 1 closing brackets and EOS.
-            room = tf.cast(max_lengths, tf.int32) - (step + 1)
+            room = max_lengths - (step + 1)
             is_next_word = vocabulary == next_word[:, None]
             allowed = self._allowed(
                 vocabulary=vocabulary,
@@ -126,15 +129,16 @@ class WellFormedTrees:
             log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32))
             leaf = tf.reduce_logsumexp(tf.where(leaves, log_probs, NEG_INF), -1)
             log_probs = tf.where(is_next_word, leaf[:, None], log_probs)
-            return tf.where(allowed, log_probs, NEG_INF), ((written, depth), inner)
+            return tf.where(allowed, log_probs, NEG_INF), ((written, depth), sentence, inner)
 
-        return constrained, (state, cache)
+        return constrained, (state, sentence, cache)
 
     @staticmethod
     def position_axes(inner_axes):
         """The position axes of the wrapped cache (`search.greedy_decode`'s `constraint`): none
-        for the per-hypothesis counts, the inner cache's own."""
-        return (None, None), inner_axes
+        for the per-hypothesis counts, `FIXED` for the sentence's words and limit, the inner
+        cache's own."""
+        return (None, None), (FIXED, FIXED, FIXED), inner_axes
 
     def _is_open(self, ids):
         return tf.reduce_any(ids[..., None] == tf.constant(self.open_ids, tf.int32), axis=-1)

@@ -30,7 +30,6 @@ from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 # of its positions (of which beam search reorders those written); the cross entries are the same
 # for every hypothesis of a sentence.
 REORDERED_CACHE_AXES = {"self_key": 3, "self_value": 2}
-REORDERED_CACHE_KEYS = tuple(REORDERED_CACHE_AXES)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -152,13 +152,24 @@ class TranslationModule(tf.Module):
             self.longest_extra,
         )
 
-    def search(self, source_ids, beam_size, alpha, extra_length) -> BeamSearchResult:
-        """The n-best hypotheses of source ids for a checked request search."""
+    def search(
+        self, source_ids, beam_size, alpha, extra_length, exact_hypotheses=None
+    ) -> BeamSearchResult:
+        """The n-best hypotheses of source ids for a checked request search (with
+        `exact_hypotheses`, only that many of the best are sure to be the full search's)."""
         if self._compiled_search is None:
             return n_best_hypotheses(
-                self.model, source_ids, beam_size, alpha, extra_length, self.constraint
+                self.model,
+                source_ids,
+                beam_size,
+                alpha,
+                extra_length,
+                self.constraint,
+                compact=True,
+                exact_hypotheses=exact_hypotheses,
             )
-        # XLA compiles once per source shape and beam size (a Python int per branch): padding
+        # XLA compiles once per source shape and beam size (a Python int per branch; one
+        # program serves every request, so it searches every hypothesis exactly): padding
         # the width and the batch to buckets bounds the shapes. The outputs are cut back to the
         # request's rows and to the unpadded width's budget (§6.1's limits count non-PAD ids,
         # so the columns cut are PAD): the same as without XLA.
@@ -183,7 +194,8 @@ class TranslationModule(tf.Module):
     def translate(self, text, beam_size, alpha, extra_length, n_best=False):
         """The best translation of each string and its score; with `n_best`, every hypothesis
         kept, with its score and log-probability, too."""
-        result = self.search(self.source_ids(text), beam_size, alpha, extra_length)
+        exact = None if n_best else 1
+        result = self.search(self.source_ids(text), beam_size, alpha, extra_length, exact)
         target_ids, scores = best_of(result, beam_size)
         outputs = {"translations": self.tokenizer.detokenize(target_ids), "scores": scores}
         if n_best:
@@ -209,7 +221,7 @@ class TranslationModule(tf.Module):
     @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
     def serve_ids(self, source_ids, beam_size, alpha, extra_length):
         beam_size, extra_length = self.checked(beam_size, extra_length)
-        result = self.search(source_ids, beam_size, alpha, extra_length)
+        result = self.search(source_ids, beam_size, alpha, extra_length, exact_hypotheses=1)
         target_ids, scores = best_of(result, beam_size)
         return {"target_ids": target_ids, "scores": scores}
 

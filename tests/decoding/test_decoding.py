@@ -178,6 +178,20 @@ def test_search_terminates_early_when_no_alive_hypothesis_can_win():
     assert calls == [0, 1, 2, 3]
 
 
+def test_a_search_for_the_best_alone_stops_once_it_is_final_and_finds_the_same_best():
+    # As above with α = 0.6: [EOS] (score ≈ 0) is the best finished after step 0, and no alive
+    # hypothesis (log p ≈ -7.6, at best -7.6 / lp(40) ≈ -2.3) can beat it; the full search runs
+    # until two hypotheses are final.
+    calls = []
+    fn = fixed_distribution([0, 0, 0.999, 0.0005, 0.0005], calls)
+    best = beam_search(fn, tf.ones([2], tf.int32), (), 2, 0.6, 40, exact_hypotheses=1)
+    assert calls == [0]
+    full = beam_search(fn, tf.ones([2], tf.int32), (), 2, 0.6, 40)
+    assert len(calls) == 5
+    np.testing.assert_array_equal(best.ids[:, 0], full.ids[:, 0])
+    np.testing.assert_array_equal(best.scores[:, 0], full.scores[:, 0])
+
+
 def test_search_runs_to_each_sentence_limit_when_eos_never_comes():
     calls = []
     fn = fixed_distribution([0, 0, 0, 0.5, 0.5], calls)
@@ -234,6 +248,48 @@ def test_cache_grown_by_blocks_gives_the_preallocated_cache_results(model, monke
     assert set(np.ravel(preallocated[2])) >= {1, 59}
     np.testing.assert_array_equal(grown[0], preallocated[0])
     np.testing.assert_allclose(grown[1], preallocated[1], atol=1e-4)
+
+
+def decoder_rows(model, monkeypatch):
+    """A variable that counts the hypothesis rows `model.decode_step` computes."""
+    rows = tf.Variable(0)
+    decode_step = model.decode_step
+
+    def counted(token_ids, *args):
+        rows.assign_add(tf.shape(token_ids)[0])
+        return decode_step(token_ids, *args)
+
+    monkeypatch.setattr(model, "decode_step", counted)
+    return rows
+
+
+def test_a_compacted_batch_drops_each_sentence_when_done_with_the_same_results(model, monkeypatch):
+    # Sentence limits of 21 to 39 tokens: sentences close at different steps, in two blocks.
+    sources = [*SOURCES, [*range(3, 21), EOS_ID], [EOS_ID]]
+    rows = decoder_rows(model, monkeypatch)
+
+    def search(source_ids, compact):
+        result = beam_decode(model, source_ids, beam_size=3, extra_length=20, compact=compact)
+        return result.ids, result.scores, result.log_probs, result.lengths
+
+    searched = {}
+    for compact in (False, True):
+        rows.assign(0)
+        searched[compact] = tf.function(search)(tf.constant(padded(sources)), compact)
+        searched[compact, "rows"] = int(rows.numpy())
+    for full, compacted in zip(searched[False], searched[True], strict=True):
+        np.testing.assert_allclose(full, compacted, atol=1e-5)
+    rows.assign(0)
+    best = beam_decode(model, padded(sources), 3, extra_length=20, exact_hypotheses=1)
+    np.testing.assert_array_equal(best.ids[:, 0], searched[False][0][:, 0])
+    np.testing.assert_allclose(best.scores[:, 0], searched[False][1][:, 0], atol=1e-5)
+    assert int(rows.numpy()) <= searched[False, "rows"]
+    alone = []
+    for source in sources:  # each sentence runs until it can no longer improve
+        rows.assign(0)
+        search(padded([source]), compact=False)
+        alone.append(int(rows.numpy()))
+    assert searched[True, "rows"] == sum(alone) < searched[False, "rows"]
 
 
 def calls_and_their_ancestors(graph):

@@ -51,12 +51,15 @@ def test_a_model_ensembled_with_itself_decodes_as_the_model_alone(members):
     np.testing.assert_array_equal(alone.ids, twice.ids)
 
 
-def test_ensemble_cached_decoding_equals_uncached(members):
+def test_ensemble_cached_decoding_equals_uncached_and_compacted(members):
     ensemble = Ensemble(members)
     cached = beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA)
-    uncached = beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA, cached=False)
-    np.testing.assert_array_equal(cached.ids, uncached.ids)
-    np.testing.assert_allclose(cached.scores, uncached.scores, rtol=1e-4)
+    for other in (
+        beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA, cached=False),
+        beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA, compact=True),
+    ):
+        np.testing.assert_array_equal(cached.ids, other.ids)
+        np.testing.assert_allclose(cached.scores, other.scores, rtol=1e-4)
 
 
 def test_members_must_share_one_vocabulary_and_decode_within_every_members_positions(members):

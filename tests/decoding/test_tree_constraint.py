@@ -104,7 +104,7 @@ def test_an_untrained_model_searches_only_trees_of_its_words(model):
     )
 
 
-def test_constrained_cached_decoding_equals_uncached(model):
+def test_constrained_cached_decoding_equals_uncached_and_compacted(model):
     source = padded(SOURCES)
     for search in (
         lambda cached: greedy_decode(model, source, 12, cached, constraint=TREES),
@@ -113,6 +113,11 @@ def test_constrained_cached_decoding_equals_uncached(model):
         cached, uncached = search(True), search(False)
         np.testing.assert_array_equal(cached.ids.numpy(), uncached.ids.numpy())
         np.testing.assert_allclose(cached.log_probs, uncached.log_probs, atol=1e-5)
+    compacted = tf.function(
+        lambda source: beam_decode(model, source, 3, 0.6, 12, constraint=TREES, compact=True)
+    )(tf.constant(source))
+    np.testing.assert_array_equal(compacted.ids.numpy(), cached.ids.numpy())
+    np.testing.assert_allclose(compacted.log_probs, cached.log_probs, atol=1e-5)
 
 
 @pytest.mark.slow
