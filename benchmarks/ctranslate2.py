@@ -3,8 +3,10 @@
 One trained run (`--model`), Multi30k test_2016_flickr (1,000 sentences), beam 4, α 0.6, and the
 same number of threads for every engine (`--threads`, 2 by default):
 
-- `keras`: `Translator`, the search a `tf.function` (`translate`, `evaluate`);
-- `keras-xla`: the same compiled by XLA (`--jit-compile`);
+- `keras`: `Translator`, the search a `tf.function` (`translate`, `evaluate`): each sentence
+  leaves the batch once its best translation is final;
+- `keras-xla`: the same compiled by XLA (`--jit-compile`), which needs fixed shapes: every
+  sentence of a slice runs until the last is done;
 - `saved-model`: `export`'s SavedModel, its `serving_default` signature (strings in and out);
 - `ct2-float32`, `ct2-int8`: `export --format ctranslate2 [--quantization int8]`, run by
   `ctranslate2.Translator`, α as its length penalty (|Y|^α, not GNMT's ((5 + |Y|) / 6)^α:
@@ -368,8 +370,10 @@ def timed_pass(translate, sentences, batch):
 
 def profile(args):
     """Prints, for the middle batch of `--profile` sentences of the length-sorted split: the
-    steps our beam search's loop ran, the steps its sentences needed (their output lengths with
-    EOS), the cache length every step attends over, and the XLA search's per-op thread time
+    steps our beam search's loop ran over the whole batch (as under XLA), the hypothesis-steps
+    computed when sentences leave the batch as they finish, the steps its sentences needed
+    (their output lengths with EOS), the cache length every step attends over, and the XLA
+    search's per-op thread time
     (tf.profiler, one trace event per HLO op; `profile_step.py`'s reading), per call and per
     step."""
     from profile_step import grouped, op_times, xla_flags
@@ -388,7 +392,7 @@ def profile(args):
     batches = length_sorted_batches(sentences, args.profile, sentencepiece_of(args))
     batch = [sentences[i] for i in batches[len(batches) // 2]]
     source_ids = pad_to_bucket(translator.encode_sentences(batch), limit=max_length)
-    steps, target_ids = loop_steps(translator, source_ids)
+    steps, compacted_rows, target_ids = loop_steps(translator, source_ids)
     needed = [len(until_eos(row)) for row in target_ids.numpy().tolist()]
     compiled = Translator(translator.model, subwords, jit_compile=True)
     for _ in range(2):  # compiles, warms up
@@ -411,6 +415,7 @@ def profile(args):
         "longest_output": max(needed),
         "mean_output": round(statistics.mean(needed), 1),
         "hypothesis_steps_run": steps * len(batch) * BEAM_SIZE,
+        "hypothesis_steps_compacted": compacted_rows,
         "hypothesis_steps_needed": sum(needed) * BEAM_SIZE,
         "xla_call_ms": round(call_ms, 1),
     }
@@ -427,27 +432,34 @@ def sentencepiece_of(args):
 
 
 def loop_steps(translator, source_ids):
-    """The steps our beam search's loop runs on `source_ids` (one slice, no XLA), counted by a
-    variable each decoder step adds to, and the best target ids."""
+    """The steps our beam search's loop runs on `source_ids` (one slice, no XLA, the whole
+    batch until its last sentence is done) and the hypothesis rows the search computes when
+    sentences leave the batch as they finish (`Translator` without XLA), each counted by a
+    variable every decoder step adds to; and the best target ids."""
     import tensorflow as tf
 
+    from keras_transformer.decoding.search import beam_decode
     from keras_transformer.decoding.translator import Translator
 
     model = translator.model
-    counter = tf.Variable(0)
+    steps, rows = tf.Variable(0), tf.Variable(0)
     decode_step = model.decode_step
 
-    def counted(*args):
-        counter.assign_add(1)
-        return decode_step(*args)
+    def counted(token_ids, *args):
+        steps.assign_add(1)
+        rows.assign_add(tf.shape(token_ids)[0])
+        return decode_step(token_ids, *args)
 
     model.decode_step = counted
     try:
+        tf.function(beam_decode)(model, tf.constant(source_ids))
+        whole_batch_steps = int(steps.numpy())
+        rows.assign(0)
         plain = Translator(model, translator.tokenizer, slices=1)
         target_ids, _ = plain.decode_ids(source_ids)
     finally:
         del model.decode_step  # the class's method again
-    return int(counter.numpy()), target_ids
+    return whole_batch_steps, int(rows.numpy()), target_ids
 
 
 def until_eos(ids):
