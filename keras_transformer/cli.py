@@ -469,7 +469,13 @@ def _add_search_arguments(parser):
         help="max output = input length + this (default 50, §6.1; 300 for ptb, §6.3)",
     )
     _add_ensemble(parser)
-    parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=False)
+    parser.add_argument(
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="compile the search with XLA: faster for single sentences and small batches; "
+        "without it, sentences leave a batch as they finish, which large batches gain more from",
+    )
     _add_well_formed(parser)
 
 

@@ -241,42 +241,81 @@ def beam_search(
     if max_lengths is None:
         max_lengths = tf.fill([batch_size], max_decode_length)
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
-    ends = _block_ends(position_axes, max_decode_length)
     state = _initial_state(initial_ids, beam_size, max_decode_length)
-    state = state._replace(cache=_positions(initial_cache, position_axes, 0, ends[0]))
     expand = functools.partial(
         _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, banned_ids, position_axes
     )
     is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
     if compact:
-        carried = Compacted(max_lengths, tf.range(batch_size), _results_of(state))
-        body = functools.partial(_step_and_drop_done, expand, is_open, beam_size)
-    else:
-        # The limits stay outside the loop (XLA fails on a constant carried through it).
-        carried = ()
+        return _compacted_search(
+            expand,
+            is_open,
+            state,
+            initial_cache,
+            position_axes,
+            beam_size,
+            max_decode_length,
+            max_lengths,
+        )
+    return _search_by_blocks(
+        expand, is_open, state, initial_cache, position_axes, max_decode_length, max_lengths
+    )
 
-        def body(state, carried):
-            return expand(state, max_lengths), carried
 
-    def open_sentences(state, carried):
-        return is_open(state, carried.max_lengths if compact else max_lengths)
-
+def _search_by_blocks(
+    expand, is_open, state, initial_cache, position_axes, max_decode_length, max_lengths
+):
+    """The search with fixed shapes, as XLA needs: a loop per cache block, every sentence in
+    every step until the last is done."""
+    ends = _block_ends(position_axes, max_decode_length)
+    state = state._replace(cache=_positions(initial_cache, position_axes, 0, ends[0]))
     for start, end in zip([0, *ends], ends, strict=False):
         if start:
-            rows = _rows_of(carried.rows, beam_size) if compact else None
             state = state._replace(
-                cache=_grown(state.cache, initial_cache, position_axes, start, end, rows)
+                cache=_grown(state.cache, initial_cache, position_axes, start, end)
             )
-        state, carried = tf.while_loop(
-            lambda state, carried, end=end: (
-                (state.step < end) & tf.reduce_any(open_sentences(state, carried))
-            ),
-            body,
-            (state, carried),
-            shape_invariants=_any_batch(state, carried) if compact else None,
+        # The limits stay outside the loop (XLA fails on a constant carried through it).
+        (state,) = tf.while_loop(
+            lambda state, end=end: (state.step < end) & tf.reduce_any(is_open(state, max_lengths)),
+            lambda state: (expand(state, max_lengths),),
+            (state,),
             maximum_iterations=end - start,
         )
-    return _published(state, carried) if compact else _results_of(state)
+    return _results_of(state)
+
+
+def _compacted_search(
+    expand, is_open, state, initial_cache, position_axes, beam_size, max_decode_length, max_lengths
+):
+    """The search in one loop whose shapes change (not under XLA): each sentence leaves the
+    batch once done, and the cache grows by a block at the first step of each."""
+    first_end = tf.minimum(CACHE_BLOCK, max_decode_length) if position_axes else max_decode_length
+    state = state._replace(cache=_positions(initial_cache, position_axes, 0, first_end))
+    carried = Compacted(max_lengths, tf.range(tf.shape(max_lengths)[0]), _results_of(state))
+
+    def grown(state, carried):
+        start = state.step
+        end = tf.minimum(start + CACHE_BLOCK, max_decode_length)
+        rows = _rows_of(carried.rows, beam_size)
+        cache = _grown(state.cache, initial_cache, position_axes, start, end, rows)
+        return state._replace(cache=cache)
+
+    def body(state, carried):
+        if position_axes:
+            at_block_start = (state.step > 0) & (state.step % CACHE_BLOCK == 0)
+            state = tf.cond(at_block_start, lambda: grown(state, carried), lambda: state)
+        return _step_and_drop_done(expand, is_open, beam_size, state, carried)
+
+    state, carried = tf.while_loop(
+        lambda state, carried: (
+            (state.step < max_decode_length) & tf.reduce_any(is_open(state, carried.max_lengths))
+        ),
+        body,
+        (state, carried),
+        shape_invariants=_any_batch(state, carried, position_axes),
+        maximum_iterations=max_decode_length,
+    )
+    return _published(state, carried)
 
 
 def _initial_state(initial_ids, beam_size, max_decode_length):
@@ -411,13 +450,21 @@ def _published(state: BeamSearchState, carried: Compacted) -> BeamSearchResult:
     )
 
 
-def _any_batch(state: BeamSearchState, carried: Compacted):
-    """The loop's shape invariants under `compact`: any number of sentences (and rows)."""
+def _any_batch(state: BeamSearchState, carried: Compacted, position_axes):
+    """The compacted loop's shape invariants: any number of sentences (and rows), and any
+    number of cache positions."""
 
-    def any_rows(t):
-        return tf.TensorShape([None, *t.shape[1:]]) if t.shape.rank else t.shape
+    def any_rows(t, axis=None):
+        if not t.shape.rank:
+            return t.shape
+        dims = [None, *t.shape[1:]]
+        if _has_positions(axis):
+            dims[axis] = None
+        return tf.TensorShape(dims)
 
-    return tf.nest.map_structure(any_rows, state), Compacted(
+    cache = _map_cache(any_rows, state.cache, position_axes)
+    sentences = tf.nest.map_structure(any_rows, state._replace(cache=()))
+    return sentences._replace(cache=cache), Compacted(
         any_rows(carried.max_lengths),
         any_rows(carried.rows),
         tf.nest.map_structure(lambda t: t.shape, carried.results),
