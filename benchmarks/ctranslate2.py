@@ -26,11 +26,13 @@ compiles there and not on the clock.
 """
 
 import argparse
+import collections
 import datetime
 import gzip
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -372,39 +374,27 @@ def profile(args):
     """Prints, for the middle batch of `--profile` sentences of the length-sorted split: the
     steps our beam search's loop ran over the whole batch (as under XLA), the hypothesis-steps
     computed when sentences leave the batch as they finish, the steps its sentences needed
-    (their output lengths with EOS), the cache length every step attends over, and the XLA
-    search's per-op thread time
-    (tf.profiler, one trace event per HLO op; `profile_step.py`'s reading), per call and per
-    step."""
-    from profile_step import grouped, op_times, xla_flags
+    (their output lengths with EOS), the cache length every step attends over; then for each
+    of our searches, the plain `Translator` and the XLA-compiled one, the wall time of a call
+    and the thread time of its ops (tf.profiler; `profile_step.py`'s reading), grouped by
+    TensorFlow op type or HLO op."""
+    from profile_step import xla_flags
 
     tensorflow_threads(args.threads)
     os.environ["XLA_FLAGS"] = xla_flags(None)  # read at XLA's first compilation
     import tensorflow as tf
 
     from keras_transformer.decoding.search import max_decode_length
-    from keras_transformer.decoding.translator import Translator, load_run, pad_to_bucket
+    from keras_transformer.decoding.translator import load_run, pad_to_bucket
 
     translator = load_run(args.model)
     max_length = translator.model.config.max_length
     sentences = read_split(args, "en")
-    subwords = translator.tokenizer
     batches = length_sorted_batches(sentences, args.profile, sentencepiece_of(args))
     batch = [sentences[i] for i in batches[len(batches) // 2]]
     source_ids = pad_to_bucket(translator.encode_sentences(batch), limit=max_length)
     steps, compacted_rows, target_ids = loop_steps(translator, source_ids)
     needed = [len(until_eos(row)) for row in target_ids.numpy().tolist()]
-    compiled = Translator(translator.model, subwords, jit_compile=True)
-    for _ in range(2):  # compiles, warms up
-        compiled.decode_ids(source_ids)
-    logdir = Path(tempfile.mkdtemp(prefix="kt-beam-profile-"))
-    calls = 3
-    tf.profiler.experimental.start(str(logdir))
-    start = time.perf_counter()
-    for _ in range(calls):
-        compiled.decode_ids(source_ids)
-    call_ms = 1000 * (time.perf_counter() - start) / calls
-    tf.profiler.experimental.stop()
     summary = {
         "sentences": len(batch),
         "source_width": source_ids.shape[1],
@@ -417,12 +407,45 @@ def profile(args):
         "hypothesis_steps_run": steps * len(batch) * BEAM_SIZE,
         "hypothesis_steps_compacted": compacted_rows,
         "hypothesis_steps_needed": sum(needed) * BEAM_SIZE,
-        "xla_call_ms": round(call_ms, 1),
     }
     print(json.dumps(summary))
-    print(f"{'event':<48} {'ms/call':>9} {'µs/step':>9}")
-    for name, ms in grouped(op_times(logdir)).most_common(25):
-        print(f"{name[:48]:<48} {ms / calls:9.1f} {1000 * ms / calls / steps:9.0f}")
+    for engine, jit_compile in (("keras", False), ("keras-xla", True)):
+        call_ms, op_ms = profiled_calls(translator, source_ids, jit_compile)
+        print(f"{engine}: {call_ms:.1f} ms a call; thread time by op, ms a call")
+        for name, ms in op_ms.most_common(20):
+            print(f"  {name[:48]:<48} {ms:9.1f}")
+
+
+def profiled_calls(translator, source_ids, jit_compile, calls=3):
+    """The mean wall time (ms) of `calls` decodings of `source_ids` by a `Translator` after
+    two warm-up calls, and the thread time (ms a call) of its ops by type."""
+    import tensorflow as tf
+    from profile_step import op_times
+
+    from keras_transformer.decoding.translator import Translator
+
+    search = Translator(translator.model, translator.tokenizer, jit_compile=jit_compile)
+    for _ in range(2):  # traces (compiles), warms up
+        search.decode_ids(source_ids)
+    logdir = Path(tempfile.mkdtemp(prefix="kt-beam-profile-"))
+    tf.profiler.experimental.start(str(logdir))
+    start = time.perf_counter()
+    for _ in range(calls):
+        search.decode_ids(source_ids)
+    call_ms = 1000 * (time.perf_counter() - start) / calls
+    tf.profiler.experimental.stop()
+    by_op = collections.Counter()
+    for name, ms in op_times(logdir).items():
+        by_op[op_kind(name)] += ms / calls
+    return call_ms, by_op
+
+
+def op_kind(event_name):
+    """A TensorFlow op's type (`.../while/TopKV2:TopKV2` → `TopKV2`), or an HLO op's name
+    without its number (`fusion.12` → `fusion`); host events as they are."""
+    if "/" in event_name and ":" in event_name:
+        return event_name.rsplit(":", 1)[1]
+    return re.sub(r"\.\d+$", "", event_name)
 
 
 def sentencepiece_of(args):
