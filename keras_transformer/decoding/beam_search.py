@@ -26,8 +26,9 @@ values) is the same for every hypothesis of a sentence: re-ranking leaves it as 
 With `compact=True` (not under XLA, which needs fixed shapes) a sentence leaves the batch as
 soon as it can no longer improve: its hypotheses are written to the result, and its rows of
 every loop tensor and cache tensor, `FIXED` ones included, are dropped, so the steps after it
-compute only the sentences still open. Without it a batch runs every sentence until its last
-one is done, which on real batches is two to three times the hypothesis-steps needed
+compute only the sentences still open; the search is then one loop, whose cache grows by a
+block at each block's first step. Without it a batch runs every sentence until its last one is
+done, which on real batches is two to three times the hypothesis-steps needed
 (docs/RESULTS.md). The results are the same either way.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
@@ -225,9 +226,9 @@ def beam_search(
         banned_ids: tokens never generated (`without_tokens`).
         position_axes: optional nest matching `initial_cache`: for each tensor, the axis of
             the positions `symbols_to_logits_fn` writes at `step`, None, or `FIXED`. The
-            cache then grows by blocks of `CACHE_BLOCK` positions (a loop per block, each of
-            fixed shapes), and `symbols_to_logits_fn` must take it of any length from
-            `step + 1` on; the results are the same.
+            cache then grows by blocks of `CACHE_BLOCK` positions (without `compact`, a loop
+            per block, each of fixed shapes), and `symbols_to_logits_fn` must take it of any
+            length from `step + 1` on; the results are the same.
         compact: drop each sentence from the batch once it is done (shapes then change from
             step to step, so not under XLA); the results are the same.
         exact_hypotheses: how many of each sentence's best hypotheses must be those of the
