@@ -21,9 +21,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from keras_transformer.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A configuration value is unknown or impossible; the message names the field."""
+__all__ = ["ConfigError", "TransformerConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
