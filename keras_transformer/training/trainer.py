@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -367,6 +368,8 @@ def build_callbacks(
     ]
     if run.bleu_every:
         callbacks.append(validation_scores(run, tokenizer, files, metrics))
+    if logs_progress(run):
+        callbacks.append(run_callbacks.ProgressLog(run.log_every, run.max_steps, run.max_minutes))
     if run.max_steps:
         callbacks.append(run_callbacks.StopAtStep(run.max_steps))
     if run.max_minutes:
@@ -374,6 +377,15 @@ def build_callbacks(
     if plateau:
         callbacks.append(plateau)  # last: `callbacks.cut_short` holds for those before it
     return callbacks
+
+
+def logs_progress(run: TrainingRun) -> bool:
+    """Whether the run's progress goes to a log file or a pipe, not a terminal (at `verbose=1`).
+
+    There Keras's bar prints only at an epoch's end, so the fit prints a line an epoch
+    (`verbose=2`) and `ProgressLog` a line every `log_every` updates, with the time left.
+    """
+    return run.verbose == 1 and not sys.stdout.isatty()
 
 
 def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | None:
@@ -594,7 +606,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         # with its default shuffle=True it warns in every run that it ignores it.
         shuffle=False,
         callbacks=build_callbacks(run, tokenizer, data.text_files, plateau, step),
-        verbose=run.verbose,
+        verbose=2 if logs_progress(run) else run.verbose,
     )
     run_directory.save_weights_atomically(model, final)
     return final
