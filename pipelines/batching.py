@@ -44,45 +44,58 @@ def bucket_batch_sizes(boundaries, batch_tokens):
     return sizes + [sizes[-1]]
 
 
-def full_batches_per_pass(lengths, batch_tokens, max_length, boundaries=None):
+def length_counts(lengths) -> np.ndarray:
+    """Pairs per bucketing length, `counts[length]`: what epoch sizes and fitted buckets are
+    computed from. Its size is the longest length + 1, whatever the number of pairs.
+
+    Example:
+    >>> length_counts([3, 3, 5]).tolist()
+    [0, 0, 0, 2, 0, 1]
+    """
+    return np.bincount(np.asarray(lengths, dtype=np.int64))
+
+
+def full_batches_per_pass(counts, batch_tokens, max_length, boundaries=None):
     """How many full batches (`bucket_by_token_budget` on repeated data) carry one pass over
-    pairs of these bucketing `lengths`: each bucket's pairs over its batch size, summed, rounded
-    up. Fewer than a finite pass's batches, whose every bucket ends in a smaller one; and the same
-    whatever the order of the pairs.
+    pairs of these bucketing lengths (`counts[length]`, as `length_counts` gives them): each
+    bucket's pairs over its batch size, summed, rounded up. Fewer than a finite pass's batches,
+    whose every bucket ends in a smaller one; and the same whatever the order of the pairs.
 
     Example (batches of 8 pairs up to length 4, of 2 pairs up to 16; a finite pass makes 1 + 2):
-    >>> full_batches_per_pass([3, 3, 3, 9, 9, 9], 32, max_length=16, boundaries=[5, 17])
+    >>> full_batches_per_pass(length_counts([3, 3, 3, 9, 9, 9]), 32, 16, boundaries=[5, 17])
     2
     """
     boundaries = boundaries or bucket_boundaries(max_length)
     sizes = bucket_batch_sizes(boundaries, batch_tokens)
-    buckets = np.searchsorted(boundaries, np.asarray(lengths), side="right")
-    pairs = np.bincount(buckets, minlength=len(sizes))
+    counts = np.asarray(counts, dtype=np.int64)
+    buckets = np.searchsorted(boundaries, np.arange(counts.size), side="right")
+    pairs = np.zeros(len(sizes), dtype=np.int64)
+    np.add.at(pairs, buckets, counts)
     # Exact fractions: a float sum of 1/size per pair can land just above a whole number of
     # batches and round up to one batch too many.
     return math.ceil(sum(Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)))
 
 
-def fitted_bucket_boundaries(lengths, num_buckets, max_length):
+def fitted_bucket_boundaries(counts, num_buckets, max_length):
     """The `num_buckets` boundaries that pad a corpus least, plus one catch-all up to `max_length`.
 
     Under XLA every bucket is one compiled shape, so the number of buckets is fixed and their
-    limits are chosen from the pair lengths of the training data: dynamic programming over the
-    length histogram minimises the positions used when each pair pads to its bucket's limit. The
-    catch-all bucket takes longer pairs of other splits (never seen in training, so never
-    compiled there).
+    limits are chosen from the pair lengths of the training data (`counts[length]`, as
+    `length_counts` gives them): dynamic programming over the length histogram minimises the
+    positions used when each pair pads to its bucket's limit. The catch-all bucket takes longer
+    pairs of other splits (never seen in training, so never compiled there).
 
     Example:
-    >>> fitted_bucket_boundaries([3, 3, 4, 9, 10, 10], num_buckets=2, max_length=16)
+    >>> fitted_bucket_boundaries(length_counts([3, 3, 4, 9, 10, 10]), 2, max_length=16)
     [5, 11, 17]
     """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size == 0:
+    counts = np.asarray(counts, dtype=np.int64)
+    values = np.flatnonzero(counts)
+    if values.size == 0:
         raise ValueError("fitted_bucket_boundaries needs at least one pair length")
-    if lengths.max() > max_length:
-        raise ValueError(f"pair length {lengths.max()} exceeds max_length {max_length}")
-    values, counts = np.unique(lengths, return_counts=True)
-    pairs_up_to = np.concatenate([[0], np.cumsum(counts)])
+    if values[-1] > max_length:
+        raise ValueError(f"pair length {values[-1]} exceeds max_length {max_length}")
+    pairs_up_to = np.concatenate([[0], np.cumsum(counts[values])])
     buckets = min(num_buckets, len(values))
     # cost[k][j]: fewest positions for values[:j] in k buckets; the last bucket's limit is
     # values[j - 1], and it holds the pairs after the previous bucket's end i.

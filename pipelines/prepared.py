@@ -44,9 +44,9 @@ the shards hold exactly the pairs `make_translation_dataset` keeps from the same
 for a side that holds characters but no subword, which that keeps as EOS alone.
 
 `read_manifest` checks that every file it names is there with its recorded size;
-`prepared_dataset` streams a split's shards into the trainer's batches; `prepared_pair_lengths`
-gives the lengths that bucket boundaries and epoch sizes are computed from, without reading the
-data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
+`prepared_dataset` streams a split's shards into the trainer's batches; `prepared_length_counts`
+gives the pairs per length that bucket boundaries and epoch sizes are computed from, without
+reading the data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
 vocabulary and evaluation text, and refuse a run whose vocabulary is not the prepared one.
 `input_text_files` gives the text files a corpus was prepared from, for `distill`.
 """
@@ -233,15 +233,22 @@ def _split(manifest, directory, split) -> dict:
     return manifest["splits"][split]
 
 
-def prepared_pair_lengths(directory, split="train", max_length=None) -> np.ndarray:
-    """The bucketing length of every kept pair of a split (in no particular order), from the
-    manifest's histogram: for `fitted_bucket_boundaries` and `full_batches_per_pass`. With
-    `max_length`, only the pairs `prepared_dataset(max_length=...)` keeps."""
+def prepared_length_counts(directory, split="train", max_length=None) -> np.ndarray:
+    """The kept pairs of a split per bucketing length (`counts[length]`, as
+    `pipelines.batching.length_counts` gives them), from the manifest's histogram, without
+    reading a shard: for `fitted_bucket_boundaries` and `full_batches_per_pass`. Its size is the
+    longest length + 1, whatever the number of pairs. With `max_length`, only the pairs
+    `prepared_dataset` keeps at that limit."""
     histogram = _split(read_manifest(directory), directory, split)["lengths"]
-    lengths = np.array([int(length) for length in histogram], dtype=np.int64)
-    counts = np.array(list(histogram.values()), dtype=np.int64)
-    lengths = np.repeat(lengths, counts)
-    return lengths if max_length is None else lengths[lengths <= max_length]
+    kept = {
+        int(length): count
+        for length, count in histogram.items()
+        if max_length is None or int(length) <= max_length
+    }
+    counts = np.zeros(max(kept, default=-1) + 1, dtype=np.int64)
+    for length, count in kept.items():
+        counts[length] = count
+    return counts
 
 
 def _parse_pairs(records):

@@ -15,13 +15,13 @@ import tensorflow_datasets as tfds
 from invented_language import invented_pairs, write_pairs, write_side
 from keras_transformer import cli
 from pipelines import prepare as prepare_module
-from pipelines.batching import fitted_bucket_boundaries, full_batches_per_pass
+from pipelines.batching import fitted_bucket_boundaries, full_batches_per_pass, length_counts
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepare import TextPairs, TfdsPairs, TsvPairs, corpus_description, prepare
 from pipelines.prepared import (
     check_vocabulary,
     prepared_dataset,
-    prepared_pair_lengths,
+    prepared_length_counts,
     prepared_text_files,
     read_manifest,
 )
@@ -119,7 +119,7 @@ def test_the_manifest_counts_every_pair_and_its_length(prepared, prepared_tokeni
         assert entry["pairs_kept"] == len(kept) == sum(s["pairs"] for s in entry["shards"])
         assert (entry["shortest"], entry["longest"]) == (lengths.min(), lengths.max())
         assert entry["lengths"] == {str(k): v for k, v in sorted(collections.Counter(kept).items())}
-        assert np.array_equal(np.sort(prepared_pair_lengths(prepared, split)), np.sort(kept))
+        assert np.array_equal(prepared_length_counts(prepared, split), length_counts(kept))
     train = manifest["splits"]["train"]
     assert train["dropped"] == {"empty": EMPTY_PAIRS, "too_long": LONG_PAIRS}
     shards = [shard["file"] for shard in train["shards"]]
@@ -140,16 +140,39 @@ def test_buckets_and_epochs_come_from_the_histogram_without_reading_the_data(
 ):
     lengths = pair_lengths(*invented["train"], prepared_tokenizer)
     kept = lengths[lengths <= MAX_LENGTH]
-    from_histogram = prepared_pair_lengths(prepared, "train")
+    from_histogram = prepared_length_counts(prepared, "train")
     assert fitted_bucket_boundaries(from_histogram, 4, MAX_LENGTH) == fitted_bucket_boundaries(
-        kept, 4, MAX_LENGTH
+        length_counts(kept), 4, MAX_LENGTH
     )
     assert full_batches_per_pass(from_histogram, 512, MAX_LENGTH) == full_batches_per_pass(
-        kept, 512, MAX_LENGTH
+        length_counts(kept), 512, MAX_LENGTH
     )
-    shorter = prepared_pair_lengths(prepared, "train", max_length=20)
+    shorter = prepared_length_counts(prepared, "train", max_length=20)
     rows = pair_rows(prepared_dataset(prepared, "train", 512, max_length=20))
-    assert shorter.max() <= 20 and rows.total() == shorter.size
+    assert shorter.size <= 21 and rows.total() == shorter.sum()
+
+
+def test_the_reader_holds_one_count_a_length_not_one_a_pair(prepared, tmp_path):
+    """Three times the pairs, in the same vocabulary: the counts triple, their array does not
+    grow, and the batches the trainer sizes its epoch and buckets from are the same pairs."""
+    tripled = write_pairs(tmp_path, "train", TRAIN * 3)
+    larger = tmp_path / "tripled"
+    prepare(
+        larger,
+        TextPairs({"train": tripled}, ("xx", "yy")),
+        subwords=prepared / "subwords.model",
+        **OPTIONS,
+    )
+    counts = prepared_length_counts(prepared)
+    assert np.array_equal(prepared_length_counts(larger), 3 * counts)
+    assert counts.size <= MAX_LENGTH + 1
+    rows = pair_rows(prepared_dataset(larger, "train", 512, MAX_LENGTH))
+    assert rows == collections.Counter(
+        {
+            row: 3 * n
+            for row, n in pair_rows(prepared_dataset(prepared, "train", 512, MAX_LENGTH)).items()
+        }
+    )
 
 
 def test_two_input_pipelines_see_each_kept_pair_once(prepared):
@@ -176,7 +199,7 @@ def test_shuffled_batches_repeat_with_a_seed_and_keep_every_pair(prepared):
 
 
 def test_fitted_buckets_and_padded_batches_give_fixed_shapes(prepared):
-    boundaries = fitted_bucket_boundaries(prepared_pair_lengths(prepared), 3, MAX_LENGTH)
+    boundaries = fitted_bucket_boundaries(prepared_length_counts(prepared), 3, MAX_LENGTH)
     dataset = prepared_dataset(
         prepared, "validation", 512, MAX_LENGTH, boundaries=boundaries, pad_batches=True
     )
