@@ -2,6 +2,8 @@
 scale (issue 58): prepare time, training start-up to the first batch, memory, pipeline rate and
 padding, one record per corpus size.
 
+Table: docs/PERFORMANCE.md#input-pipeline-at-wmt-scale.
+
 Corpora. The smallest size (29,000, Multi30k's training split) is the real
 `DATA_DIR/train.{en,de}.gz`. A larger size N is built in a scratch directory as plain
 `train.en` / `train.de`: ceil(N / 29,000) copies of the Multi30k training pairs, copy c in the
