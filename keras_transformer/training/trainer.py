@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Under XLA every batch shape is one compilation, so the buckets are few and fitted to the
-# training lengths, which keeps the padding small (docs/RESULTS.md).
+# training lengths, which keeps the padding small (docs/PERFORMANCE.md).
 XLA_BUCKETS = 6
 
 
@@ -413,7 +413,7 @@ def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -
 
     Without bfloat16 units TensorFlow emulates it, several times slower than float32; with them,
     oneDNN uses them but XLA's CPU backend does not (`benchmarks/throughput.py --precision
-    mixed_bfloat16`; docs/RESULTS.md).
+    mixed_bfloat16`; docs/PERFORMANCE.md).
     """
     if run.precision != "mixed_bfloat16" or on_gpu:
         return None
