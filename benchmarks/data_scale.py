@@ -22,10 +22,10 @@ For each size:
 - start-up, in a fresh subprocess per bucketing variant: imports (`pipelines.prepared`,
   `pipelines.batching`, TensorFlow with them), then what the trainer does for the data before
   `fit` (`read_manifest`, `prepared_length_counts`, `fitted_bucket_boundaries` under XLA,
-  `full_batches_per_pass`, `prepared_dataset(DIR, "train", batch_tokens, max_length,
-  shuffle=True, seed, repeat=True, boundaries, pad_batches)`) and the first batch. Variants:
-  `xla` (6 fitted buckets, pad_batches, as `train --jit-compile`) and `default` (boundaries None:
-  one bucket per length to 32, then every 8).
+  `full_batches_per_pass`, `prepared_dataset(DIR, "train", BatchingSettings(batch_tokens,
+  max_length, boundaries, pad_batches, shuffle=True, seed, repeat=True))`) and the first
+  batch. Variants: `xla` (6 fitted buckets, pad_batches, as `train --jit-compile`) and
+  `default` (boundaries None: one bucket per length to 32, then every 8).
 - memory: that subprocess's RSS after the imports, after the first batch and after the measured
   batches, and its peak (`ru_maxrss`). The pipeline's own share is the RSS after the measured
   batches minus the RSS after the imports (TensorFlow's ~900 MiB would otherwise hide it); its
@@ -244,6 +244,7 @@ def child_pipeline(args):
 
     from pipelines.batching import (
         CHUNK_PAIRS,
+        BatchingSettings,
         bucket_by_token_budget,
         fitted_bucket_boundaries,
         full_batches_per_pass,
@@ -295,13 +296,15 @@ def child_pipeline(args):
         prepared_dataset,
         args.prepared,
         "train",
-        args.batch_tokens,
-        args.max_length,
-        shuffle=True,
-        seed=args.seed,
-        repeat=True,
-        boundaries=boundaries,
-        pad_batches=xla,
+        BatchingSettings(
+            args.batch_tokens,
+            args.max_length,
+            boundaries=boundaries,
+            pad_batches=xla,
+            shuffle=True,
+            seed=args.seed,
+            repeat=True,
+        ),
     )
     iterator = step("iterator", iter, dataset)
     first = step("first batch", next, iterator)
@@ -380,7 +383,7 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
     graph loop would cost more than most of the steps measured. Chunks (`CHUNK_PAIRS` pairs) are
     drawn one by one."""
     bucket, parse, prepared_dataset = library
-    from pipelines.batching import CHUNK_PAIRS
+    from pipelines.batching import CHUNK_PAIRS, BatchingSettings
     from pipelines.prepared import INTERLEAVED_FILES, SHUFFLE_BUFFER
 
     shards = manifest["splits"]["train"]["shards"]
@@ -407,14 +410,16 @@ def stage_rates(tf, args, manifest, boundaries, xla, library) -> dict:
         return prepared_dataset(
             args.prepared,
             "train",
-            args.batch_tokens,
-            args.max_length,
-            shuffle=True,
-            seed=args.seed,
-            repeat=True,
-            boundaries=boundaries,
-            pad_batches=xla,
-            deterministic=deterministic,
+            BatchingSettings(
+                args.batch_tokens,
+                args.max_length,
+                shuffle=True,
+                seed=args.seed,
+                repeat=True,
+                deterministic=deterministic,
+                boundaries=boundaries,
+                pad_batches=xla,
+            ),
         )
 
     batching = bucket(args.batch_tokens, args.max_length, boundaries, xla)

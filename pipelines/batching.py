@@ -13,6 +13,7 @@ cost a few ops per thousand pairs rather than per pair. `bucket_by_token_budget`
 into padded batches; it is applied with `dataset.apply`.
 """
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -22,6 +23,79 @@ import tensorflow as tf
 from pipelines.tokenizer import PAD_ID
 
 CHUNK_PAIRS = 1024  # pairs an element of a chunked stream holds
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingSettings:
+    """How a split's pairs become batches: their order, the token budget and the length buckets.
+    `make_translation_dataset` and `prepared_dataset` take one whole; `help` in each field's
+    metadata documents it. Which pairs an input pipeline reads (`num_shards`, `shard_index`) is
+    the caller's, not a batching setting.
+
+    Example:
+    >>> settings = BatchingSettings(batch_tokens=2048, max_length=64, boundaries=[9, 17, 65])
+    >>> settings.boundaries
+    (9, 17, 65)
+    >>> dataclasses.replace(settings, shuffle=True, seed=1).shuffle
+    True
+    """
+
+    batch_tokens: int = dataclasses.field(
+        default=4096,
+        metadata={"help": "positions per batch and side, padding included (§5.1: about 25,000)"},
+    )
+    max_length: int = dataclasses.field(
+        default=256,
+        metadata={"help": "pairs whose longer side, with BOS/EOS, is longer are dropped"},
+    )
+    boundaries: tuple[int, ...] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "length buckets' limits (exclusive, the last above max_length); default "
+            "one bucket per length, which pads least; under XLA few (fitted_bucket_boundaries)"
+        },
+    )
+    pad_batches: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "pad each bucket's last, smaller batch with PAD rows to full size, so that a "
+            "finite pass has one shape per bucket too (XLA)"
+        },
+    )
+    shuffle: bool = dataclasses.field(
+        default=False, metadata={"help": "shuffle the pairs each pass"}
+    )
+    seed: int | None = dataclasses.field(
+        default=None, metadata={"help": "the shuffle's seed: the same order every run"}
+    )
+    repeat: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "repeat for ever, reshuffling each pass: every batch is then full"},
+    )
+    deterministic: bool | None = dataclasses.field(
+        default=None,
+        metadata={"help": "keep the order under parallel reads and maps (default: when seeded)"},
+    )
+
+    def __post_init__(self):
+        if self.boundaries is not None:  # a tuple: the settings stay hashable and unchanged
+            object.__setattr__(self, "boundaries", tuple(self.boundaries))
+
+    def dataset_options(self):
+        """`tf.data.Options` of a dataset batched so: its determinism, and no auto-sharding
+        (each input pipeline already reads its own share)."""
+        options = tf.data.Options()
+        seeded = self.seed is not None
+        options.deterministic = seeded if self.deterministic is None else self.deterministic
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return options
+
+    def bucketing(self):
+        """The `bucket_by_token_budget` transform of these settings."""
+        boundaries = list(self.boundaries) if self.boundaries else None
+        return bucket_by_token_budget(
+            self.batch_tokens, self.max_length, boundaries, self.pad_batches
+        )
 
 
 def pair_lengths_of_chunk(source, target_in):

@@ -78,19 +78,11 @@ def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> Train
     )
 
     def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
-        shards = _pipeline_share(context)
         return make_translation_dataset(
             *files[split],
             train_tokenizer if split == "train" else tokenizer,
-            batch_tokens=micro_batch_tokens,
-            max_length=config.max_length,
-            shuffle=split == "train",
-            seed=run.seed,
-            num_shards=shards[0],
-            shard_index=shards[1],
-            repeat=repeat,
-            boundaries=boundaries,
-            pad_batches=pad_batches,
+            _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches),
+            *_pipeline_share(context),
         )
 
     kept = kept_length_counts(config, files, tokenizer)
@@ -131,19 +123,11 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
             )
 
     def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
-        shards = _pipeline_share(context)
         return prepared_dataset(
             run.data_dir,
             split,
-            micro_batch_tokens,
-            config.max_length,
-            shuffle=split == "train",
-            seed=run.seed,
-            repeat=repeat,
-            num_shards=shards[0],
-            shard_index=shards[1],
-            boundaries=boundaries,
-            pad_batches=pad_batches,
+            _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches),
+            *_pipeline_share(context),
         )
 
     kept = prepared_length_counts(run.data_dir, "train", config.max_length)
@@ -190,6 +174,23 @@ def check_vocabulary_size(tokenizer, config: TransformerConfig):
             f"{tokenizer.path} holds {tokenizer.vocab_size} entries, more than the model's "
             f"vocab_size {config.vocab_size}"
         )
+
+
+def _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches):
+    """The `BatchingSettings` of a split's batches (`TrainingData.batches`' arguments): the
+    training pairs shuffled with the run's seed, every split under the micro-batch's token
+    budget and the model's max_length."""
+    from pipelines.batching import BatchingSettings
+
+    return BatchingSettings(
+        micro_batch_tokens,
+        config.max_length,
+        boundaries=boundaries,
+        pad_batches=pad_batches,
+        shuffle=split == "train",
+        seed=run.seed,
+        repeat=repeat,
+    )
 
 
 def _pipeline_share(context) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from keras_transformer.training.data import kept_length_counts
 from keras_transformer.training.trainer import count_batches
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import (
+    BatchingSettings,
     bucket_batch_sizes,
     bucket_boundaries,
     fitted_bucket_boundaries,
@@ -32,7 +33,7 @@ def batches(dataset):
 
 def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, tokenizer):
     dataset = make_translation_dataset(
-        *train_slice, tokenizer, batch_tokens=BUDGET, max_length=MAX_LENGTH, seed=1
+        *train_slice, tokenizer, BatchingSettings(BUDGET, MAX_LENGTH, shuffle=True, seed=1)
     )
     lengths = {b - 1 for b in bucket_boundaries(MAX_LENGTH)}
     seen = 0
@@ -92,12 +93,9 @@ def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
     ours = make_translation_dataset(
         *train_slice,
         tokenizer,
-        BUDGET,
-        MAX_LENGTH,
-        shuffle=False,
-        deterministic=True,
-        boundaries=boundaries,
-        pad_batches=pad_batches,
+        BatchingSettings(
+            BUDGET, MAX_LENGTH, deterministic=True, boundaries=boundaries, pad_batches=pad_batches
+        ),
     )
     reference = per_pair_bucketing(*train_slice, tokenizer, boundaries, pad_batches)
 
@@ -110,7 +108,7 @@ def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
 
 def test_a_budget_below_a_bucket_width_still_batches_its_pairs_one_a_batch(train_slice, tokenizer):
     dataset = make_translation_dataset(
-        *train_slice, tokenizer, 24, MAX_LENGTH, shuffle=False, pad_batches=True
+        *train_slice, tokenizer, BatchingSettings(24, MAX_LENGTH, pad_batches=True)
     )
     rows = [int(np.sum(source[:, 0] != 0)) for source, _, _ in batches(dataset)]
     assert sum(rows) == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
@@ -140,7 +138,7 @@ def test_training_logs_the_over_length_pairs_of_both_splits(
 
 def test_bucketing_pads_far_less_than_plain_batching(train_slice, tokenizer):
     bucketed = make_translation_dataset(
-        *train_slice, tokenizer, batch_tokens=4096, max_length=128, seed=3
+        *train_slice, tokenizer, BatchingSettings(4096, 128, shuffle=True, seed=3)
     )
     efficiency = padding_efficiency(bucketed)
     sizes = [len(s) for s, _, _ in batches(bucketed)]
@@ -168,7 +166,11 @@ def open_lines(path):
 
 def test_same_seed_same_batches(train_slice, tokenizer):
     def run():
-        return batches(make_translation_dataset(*train_slice, tokenizer, 2048, 64, seed=11))
+        return batches(
+            make_translation_dataset(
+                *train_slice, tokenizer, BatchingSettings(2048, 64, shuffle=True, seed=11)
+            )
+        )
 
     first, second = run(), run()
     assert len(first) == len(second)
@@ -182,9 +184,7 @@ def test_two_shards_partition_the_pairs(train_slice, tokenizer):
         dataset = make_translation_dataset(
             *train_slice,
             tokenizer,
-            2048,
-            200,
-            shuffle=False,
+            BatchingSettings(2048, 200),
             num_shards=num_shards,
             shard_index=index,
         )
@@ -203,11 +203,7 @@ def test_fitted_buckets_bound_the_shapes_and_pad_batches_fills_every_batch(train
     dataset = make_translation_dataset(
         *train_slice,
         tokenizer,
-        2048,
-        MAX_LENGTH,
-        shuffle=False,
-        boundaries=boundaries,
-        pad_batches=True,
+        BatchingSettings(2048, MAX_LENGTH, boundaries=boundaries, pad_batches=True),
     )
     shapes, real_rows = set(), 0
     for source, target_in, target_out in batches(dataset):
@@ -235,12 +231,15 @@ def test_an_epoch_is_the_full_batches_that_carry_one_pass(train_slice, tokenizer
         return make_translation_dataset(
             *train_slice,
             tokenizer,
-            2048,
-            MAX_LENGTH,
-            seed=1,
-            repeat=repeat,
-            boundaries=boundaries,
-            pad_batches=fitted,
+            BatchingSettings(
+                2048,
+                MAX_LENGTH,
+                shuffle=True,
+                seed=1,
+                repeat=repeat,
+                boundaries=boundaries,
+                pad_batches=fitted,
+            ),
         )
 
     epoch = full_batches_per_pass(kept, 2048, MAX_LENGTH, boundaries)
