@@ -23,7 +23,7 @@ import.
 
 `configure` applies all of them but the backend, which the CLI selects first. A value the user
 already set in the environment is kept; the measurements behind the defaults are in
-docs/RESULTS.md.
+docs/PERFORMANCE.md.
 """
 
 import atexit
