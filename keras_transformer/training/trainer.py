@@ -127,6 +127,14 @@ class TrainingRun:
         ):
             if value is not None and value < 0:
                 raise ConfigError(f"{flag} {value} must be positive, or 0 for never")
+        if self.skip_bad_batches and self.precision == "mixed_float16":
+            # Float16 training runs under Keras's LossScaleOptimizer, which skips the steps
+            # whose scaled gradients overflow by design and hides the inner optimizer's
+            # `skip_non_finite`: the two rules would fight over the same steps.
+            raise ConfigError(
+                "skip_bad_batches with precision 'mixed_float16': loss scaling already skips "
+                "the steps whose gradients overflow; set skip_bad_batches=0 or another precision"
+            )
 
     def to_dict(self):
         return {
@@ -610,6 +618,13 @@ def for_jax(run: TrainingRun) -> TrainingRun:
         )
     if is_multi_worker():
         raise ConfigError("TF_CONFIG describes a cluster, which only --backend tensorflow trains")
+    if run.deterministic:
+        # tf.config.experimental.enable_op_determinism covers TensorFlow's kernels only (here
+        # the input pipeline); JAX's compiled step would run as before, unpinned.
+        raise ConfigError(
+            "deterministic=True on JAX: op determinism covers TensorFlow's kernels, not JAX's "
+            "training step; set deterministic=False or train on TensorFlow"
+        )
     if run.skip_bad_batches:
         raise ConfigError(
             "--skip-bad-batches on JAX: its stateless step keeps no gradient norm to decide by; "
