@@ -456,6 +456,13 @@ class DivergenceGuard(keras.callbacks.Callback):
             self.metrics.write("skipped_batch", {"skipped_batches": self.skipped})
 
 
+# What reading an unreadable backup raises: h5py's OSError for a truncated or foreign file,
+# KeyError for a group or key the file lacks, and a JSON or text decoding error for its training
+# position. Any other error (a model not built, a wrong argument) is the caller's, not the
+# file's: it propagates, and the backup stays where it is.
+UNREADABLE_FILE = (OSError, KeyError, json.JSONDecodeError, UnicodeDecodeError)
+
+
 class ResumableBackup(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` that never starts over silently from an unreadable backup.
 
@@ -490,7 +497,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     def _restore(self, logs):
         try:
             super().on_train_begin(logs)
-        except Exception as error:  # any unreadable backup: never restart silently
+        except UNREADABLE_FILE as error:  # never restart silently from an unreadable backup
             self._resume_from_checkpoint(error)
         if self.has_backup:
             logger.info(
