@@ -21,7 +21,7 @@ directory, and every worker resumes from its backup. `prepare` creates the direc
 that a rerun is a resume of the same run; `run_weights` says which weights a run offers;
 `save_weights_atomically` writes every weights file so that a killed process never leaves a
 truncated one, and never non-finite weights (`DivergenceError`); every file is written through
-`pipelines.corpus.write_atomically`. `trainer_lock` admits one trainer per run directory, and
+`durable_files.write_atomically`. `trainer_lock` admits one trainer per run directory, and
 `check_same_data_files` refuses a resume on training files other than the run's.
 """
 
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durable_files import hold_lock, write_atomically
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
-from pipelines.corpus import hold_lock, write_atomically
 
 logger = logging.getLogger(__name__)
 

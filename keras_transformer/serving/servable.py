@@ -15,8 +15,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
 from keras_transformer.serving.errors import ServingError, bad_request
+from keras_transformer.serving.layout import WARMUP_REQUESTS
 from keras_transformer.serving.limits import Limits, declared_shape
-from keras_transformer.serving.saved_model import WARMUP_REQUESTS
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from durable_files import write_atomically
 from keras_transformer.decoding.search import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
-from pipelines.corpus import write_atomically
 
 logger = logging.getLogger(__name__)
 

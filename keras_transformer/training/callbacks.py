@@ -25,6 +25,7 @@ from pathlib import Path
 
 import keras
 
+from durable_files import write_atomically, write_error
 from keras_transformer.run_directory import (
     DIVERGENCE_REMEDY,
     CheckpointError,
@@ -35,7 +36,6 @@ from keras_transformer.run_directory import (
     load_weights_checked,
     save_weights_atomically,
 )
-from pipelines.corpus import write_atomically, write_error
 
 logger = logging.getLogger(__name__)
 

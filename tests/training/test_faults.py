@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from durable_files import WriteError
 from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.run_directory import (
     CheckpointError,
@@ -34,7 +35,6 @@ from keras_transformer.training.callbacks import (
     RollingCheckpoints,
 )
 from keras_transformer.training.trainer import compile_model
-from pipelines.corpus import WriteError
 from repo_paths import REPO_ROOT
 
 CONFIG = TransformerConfig.preset(
