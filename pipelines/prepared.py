@@ -16,7 +16,10 @@ so that `add_boundary_tokens(source[:-1], target[:-1])` gives the model's elemen
 `((source, [BOS] + target[:-1]), target)`, as `make_translation_dataset` does from text. A pair's
 bucketing length (`pipelines.batching.pair_lengths_of_chunk`) is `max(len(source), len(target))`.
 Pair i of a split (in input order, dropped pairs counted) is in shard `i mod n`, so every shard
-samples the whole corpus.
+samples the whole corpus. Several input pipelines (workers) share a split by pairs, not by
+files: each reads every shard file and parses only every k-th pair, so that their shares are
+equal to a pair (before a `max_length` below the prepared one drops some), and an epoch of the
+same number of steps on each reads every pair once.
 
 `manifest.json` (format version 1):
 
@@ -253,21 +256,28 @@ def _parse_pairs(records):
     return add_boundary_tokens(source, target)
 
 
-def _check_pipeline_share(directory, split, shards, num_shards, shard_index) -> int:
-    """The number of shard files this input pipeline reads; refuses a share that holds no pair,
-    which a repeated dataset would wait on for ever."""
-    if num_shards > len(shards):
+def _check_pipeline_share(directory, split, entry, num_shards):
+    """Refuses a split with fewer pairs than input pipelines: a share that holds no pair would
+    keep a repeated dataset waiting for ever."""
+    if entry["pairs_kept"] < num_shards:
         raise CorpusError(
-            f"{directory}: split {split} has {len(shards)} shard file(s), fewer than the "
-            f"{num_shards} input pipelines that read it: prepare it with a smaller shard_pairs"
+            f"{directory}: split {split} holds {entry['pairs_kept']} pair(s), fewer than the "
+            f"{num_shards} input pipelines that share it"
         )
-    own = shards[shard_index::num_shards]  # as Dataset.shard deals them
-    if not sum(shard["pairs"] for shard in own):
-        raise CorpusError(
-            f"{directory}: the shards of split {split} for input pipeline {shard_index} of "
-            f"{num_shards} hold no pair"
-        )
-    return len(own)
+
+
+def _pipeline_share(num_shards, shard_index):
+    """The records of a shard file that are this input pipeline's, from `(file, offset)`
+    elements, `offset` the pairs of the files before it: the pair at position p is the split's
+    pair `offset + p`, this pipeline's when that is `shard_index` modulo `num_shards`. Records
+    are skipped before they are parsed."""
+
+    def records(file, offset):
+        numbered = tf.data.TFRecordDataset(file).enumerate(start=offset)
+        own = numbered.filter(lambda pair, _: pair % num_shards == shard_index)
+        return own.map(lambda _, record: record)
+
+    return records
 
 
 def prepared_dataset(
@@ -295,9 +305,9 @@ def prepared_dataset(
         shuffle, seed: shuffle the shard files and, through a buffer of `shuffle_buffer`
             pairs, the pairs each pass (with `seed`, the same order every run).
         repeat: repeat forever, reshuffling each pass.
-        num_shards, shard_index: this input pipeline's shard files (every num_shards-th, as
-            `tf.distribute.InputContext`'s num_input_pipelines and input_pipeline_id give);
-            there must be at least as many shard files as pipelines.
+        num_shards, shard_index: this input pipeline's share of the pairs (every
+            num_shards-th, as `tf.distribute.InputContext`'s num_input_pipelines and
+            input_pipeline_id give): equal shares, each read from every shard file.
         deterministic: keep element order under parallel reads (default: when `seed` is set).
     """
     directory = Path(directory)
@@ -310,27 +320,35 @@ def prepared_dataset(
             directory,
             prepared_max_length,
         )
-    own_files = _check_pipeline_share(directory, split, entry["shards"], num_shards, shard_index)
+    _check_pipeline_share(directory, split, entry, num_shards)
     files = [str(directory / shard["file"]) for shard in entry["shards"]]
-    dataset = tf.data.Dataset.from_tensor_slices(files).shard(num_shards, shard_index)
+    offsets = np.cumsum([0] + [shard["pairs"] for shard in entry["shards"][:-1]])
+    dataset = tf.data.Dataset.from_tensor_slices((files, offsets.astype(np.int64)))
     if shuffle:
-        dataset = dataset.shuffle(own_files, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    read = (
+        _pipeline_share(num_shards, shard_index)
+        if num_shards > 1
+        else lambda file, _: tf.data.TFRecordDataset(file)
+    )
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(INTERLEAVED_FILES, own_files),
+        read,
+        cycle_length=min(INTERLEAVED_FILES, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        # After the shuffles, so that each pass ends before the next begins: a buffer filled
+        # across the boundary would give some pairs of the next pass before the last of this.
+        dataset = dataset.repeat()
     dataset = dataset.batch(CHUNK_PAIRS).map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.apply(
         bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
     )
     options = tf.data.Options()
     options.deterministic = seed is not None if deterministic is None else deterministic
-    # Each input pipeline reads its own files, chosen above; tf.distribute must not shard again.
+    # Each input pipeline reads its own pairs, chosen above; tf.distribute must not shard again.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 

@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import math
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import keras
@@ -452,9 +453,12 @@ def configure_numerics(run: TrainingRun):
     keras.mixed_precision.set_global_policy(run.precision)
 
 
-def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
-    """Steps that consume one pass over the data: each step takes one batch per replica."""
-    return max(1, math.floor(batches_per_pass / replicas))
+def steps_per_epoch(pass_batches: Fraction, replicas: int) -> int:
+    """Steps that read every pair once: each step takes one batch per replica, and the input
+    pipelines (one per worker) share the pairs equally, so each replica's share of the pass is
+    `pass_batches / replicas` full batches, rounded up so that none is left unread (and fewer
+    than one batch a replica read twice, the next pass's first)."""
+    return max(1, math.ceil(pass_batches / replicas))
 
 
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
@@ -491,7 +495,7 @@ def _train_as_this_worker(config: TransformerConfig, run: TrainingRun, on_jax: b
 
 
 def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
-    from pipelines.batching import full_batches_per_pass
+    from pipelines.batching import batches_per_pass
 
     run_directory.prepare(run, config)
     configure_numerics(run)
@@ -545,9 +549,11 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
 
     # An epoch of the full batches that carry one pass, counted up front from the pairs'
     # lengths: with per-replica datasets Keras must not probe for the end of the data (see
-    # tests/test_distribution.py). Workers whose epochs differed would fall out of step in
-    # their collectives (one validating while another trains): they stop instead.
-    pass_batches = full_batches_per_pass(
+    # tests/test_distribution.py). The workers' input pipelines share the pairs equally, so the
+    # same steps on each read every pair once (tests/training/test_multi_worker_shards.py).
+    # Workers whose epochs differed would fall out of step in their collectives (one
+    # validating while another trains): they stop instead.
+    pass_batches = batches_per_pass(
         kept_lengths, config.batch_tokens // micro_batches, config.max_length, boundaries
     )
     epoch_steps = steps_per_epoch(pass_batches, replicas)
