@@ -28,7 +28,6 @@ truncated one, and never non-finite weights (`DivergenceError`); every file is w
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_files import hold_lock, write_atomically
+from keras_transformer import keras_internals
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
 
 logger = logging.getLogger(__name__)
@@ -324,21 +324,8 @@ def save_weights_atomically(model, path) -> None:
     written (`DivergenceError`): they would replace the last good ones.
     """
     check_finite_weights(model, path)
-    data = weights_file_bytes(model)
+    data = keras_internals.weights_file_bytes(model)
     write_atomically(path, lambda partial: partial.write_bytes(data))
-
-
-def weights_file_bytes(model) -> bytes:
-    """The bytes of the .weights.h5 file `model.save_weights` writes (model and optimizer)."""
-    from keras.src.saving import saving_lib  # save_weights' own writer, here to memory
-
-    buffer = io.BytesIO()
-    store = saving_lib.H5IOStore(buffer, mode="w")
-    saving_lib._save_state(
-        model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
-    )
-    store.close()
-    return buffer.getvalue()
 
 
 def check_finite_weights(model, path):

@@ -33,7 +33,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from keras_transformer import run_directory
+from keras_transformer import keras_internals, run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model import Transformer
 from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
@@ -211,7 +211,7 @@ def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
       logs get a leading axis of one, so that average is the mean over workers.
     """
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        model._distribute_strategy = None
+        keras_internals.forget_distribute_strategy(model)
         model.train_step = _logs_with_worker_axis(model.train_step)
         model.test_step = _logs_with_worker_axis(model.test_step)  # validation, likewise
     with strategy.scope():
@@ -310,7 +310,7 @@ def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlat
     """Gives `model`, on every worker of a cluster, what the chief restored into `source`:
     weights, optimizer state (the step), the epoch to restart and `--patience`'s count."""
     variables = [*model.weights, *model.optimizer.variables]
-    counts = [getattr(source, "_initial_epoch", 0) or 0]
+    counts = [keras_internals.initial_epoch(source)]
     if plateau:
         counts += [plateau.best, plateau.stale_epochs]
     restored = [*source.weights, *source.optimizer.variables]
@@ -318,7 +318,7 @@ def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlat
     for variable, value in zip(variables, values[: len(variables)], strict=True):
         variable.assign(value)
     epoch, *patience = (float(value) for value in values[len(variables) :])
-    model._initial_epoch = int(epoch)  # as the chief's backup set it, for fit
+    keras_internals.set_initial_epoch(model, epoch)  # as the chief's backup set it, for fit
     if plateau:
         plateau.best, plateau.stale_epochs = patience[0], int(patience[1])
 
