@@ -911,8 +911,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors():
     """Errors in what the user gave (options, data, checkpoints): their message says it all."""
+    from durable_files import WriteError
     from keras_transformer import run_directory
-    from pipelines.corpus import CorpusError, WriteError
+    from pipelines.corpus import CorpusError
 
     return (
         ConfigError,

@@ -72,10 +72,11 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from durable_files import hold_lock, sync_to_disk, write_error
 from keras_transformer.decoding.beam_search import BeamSearchResult
 from keras_transformer.decoding.search import EXTRA_LENGTH, SEARCH, best_of, n_best_hypotheses
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
-from pipelines.corpus import hold_lock, sync_to_disk, write_error
+from keras_transformer.serving.layout import WARMUP_REQUESTS
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
@@ -250,8 +251,6 @@ def pad_width_to_bucket(source_ids, bucket, limit):
     return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
 
 
-# Where TensorFlow Serving looks for requests to run once at load, before it serves a version.
-WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
 # The widest source a warm-up compiles for: room for Multi30k's sentences. Wider requests compile
 # when they first come.
 WARMUP_MAX_WIDTH = 64

@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+from durable_files import write_atomically
+from keras_transformer import keras_internals
 from keras_transformer.decoding.search import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
-from pipelines.corpus import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def export_tflite(
     search = tflite_search_function(
         translator.model, source_length, beam_size, alpha, extra_length, translator.constraint
     ).get_concrete_function()
-    frozen = convert_variables_to_constants_v2(search)
+    frozen = keras_internals.frozen_function(search)
     # A variable-free module around the frozen graph keeps the signature's names in TFLite.
     module = tf.Module()
     module.translate = tf.function(

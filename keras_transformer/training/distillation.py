@@ -36,7 +36,8 @@ import os
 import time
 from pathlib import Path
 
-from pipelines.corpus import CorpusError, read_aligned_lines, write_atomically
+from durable_files import write_atomically
+from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepared import input_text_files
 
 logger = logging.getLogger(__name__)
