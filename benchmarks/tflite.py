@@ -20,6 +20,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer.analysis.evaluation import corpus_scores
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH, export_tflite
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
@@ -63,7 +64,7 @@ def main():
                 Path(scratch) / f"{quantize or 'float'}.tflite",
                 quantize=quantize,
                 source_length=args.source_length,
-                beam_size=args.beam,
+                search=SearchSettings(beam_size=args.beam),
             )
             translations, seconds = translate_each(path, translator, sentences, args.source_length)
             scores = corpus_scores(
