@@ -322,7 +322,7 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
     call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None)`, the
     arguments a `tf.function` of it takes (`Translator`'s, a serving signature's)."""
 
-    def search(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None):
+    def search_n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None):
         return n_best_hypotheses(
             model,
             source_ids,
@@ -335,7 +335,7 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
             exact_hypotheses,
         )
 
-    return search
+    return search_n_best
 
 
 def hypothesis_steps(result: BeamSearchResult, beam_size) -> int:
