@@ -200,6 +200,15 @@ def test_tune_alpha_chooses_the_best_scoring_alpha_and_the_first_of_a_tie(multi3
         tuned(right_alpha=1.3, beam_size=1)
 
 
+def test_tuning_alpha_traces_the_search_once(translator, first_lines_data, tmp_path):
+    """α reaches the search as a tensor: tuning it over several values runs one trace."""
+    fresh = Translator(translator.model, translator.tokenizer)
+    files = [first_lines_data / f"val.{language}.gz" for language in ("en", "de")]
+    tune_alpha(fresh, *files, tmp_path, task("multi30k", "de"), (0.0, 0.6, 1.3), short(2))
+    assert len(list(tmp_path.glob("val.beam2.alpha*.hyp"))) == 3
+    assert fresh._decode.experimental_get_tracing_count() == 1
+
+
 def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
     references = ["Ein Hund rennt über die Wiese.", "Zwei Männer spielen Fußball."]
     perfect = corpus_scores(references, references, "de")
