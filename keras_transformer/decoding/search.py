@@ -338,9 +338,10 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
     return search_n_best
 
 
-def hypothesis_steps(result: BeamSearchResult, beam_size) -> int:
+def hypothesis_steps(result, beam_size) -> int:
     """The hypothesis-steps (one hypothesis through one decoder step) a search computed for
-    `result`: each sentence's steps × the beam."""
+    `result`, a `BeamSearchResult` or `GreedyResult` (beam size 1): each sentence's steps ×
+    the beam."""
     return int(tf.reduce_sum(tf.cast(result.steps, tf.int64))) * beam_size
 
 

@@ -294,6 +294,14 @@ def test_a_compacted_batch_drops_each_sentence_when_done_with_the_same_results(m
     assert searched[True, "rows"] == sum(alone) < searched[False, "rows"]
 
 
+def test_greedy_decoding_counts_the_steps_it_ran(model, monkeypatch):
+    rows = decoder_rows(model, monkeypatch)
+    result = greedy_decode(model, padded(SOURCES), 6)
+    # Every sentence runs until the last has ended; that one ended at its last token.
+    np.testing.assert_array_equal(result.steps, [max(result.lengths.numpy())] * len(SOURCES))
+    assert hypothesis_steps(result, 1) == int(rows.numpy())
+
+
 def calls_and_their_ancestors(graph):
     """The function-call ops of a graph, each with the ops it depends on."""
     ancestors = {}
