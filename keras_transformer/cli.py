@@ -143,10 +143,14 @@ def _task(run_dir):
     return run_task(run_dir)
 
 
-def _search(args, defaults) -> dict:
-    """The search of `args`, a `Task`'s defaults where an option is not given."""
-    given = {"beam_size": args.beam, "alpha": args.alpha, "extra_length": args.extra_length}
-    return {name: defaults[name] if value is None else value for name, value in given.items()}
+def _search(args, defaults):
+    """The `SearchSettings` of `args`: `defaults` (a `Task`'s) where an option is not given."""
+    return defaults.replace(
+        beam_size=getattr(args, "beam", None),
+        alpha=args.alpha,
+        extra_length=getattr(args, "extra_length", None),
+        n_best=getattr(args, "n_best", None),
+    )
 
 
 def _load_translator(args, jit_compile=False):
@@ -165,12 +169,10 @@ def _translate(args):
     lines = _read_input(args.input)
     search = _search(args, scoring.search)
     if args.n_best or args.scores or args.alignments:
-        n_best = translator.translate_n_best(
-            lines, args.n_best or 1, alignments=args.alignments, **search
-        )
+        n_best = translator.translate_n_best(lines, search, alignments=args.alignments)
         _write_output(args.output, n_best_text(lines, n_best, scoring.present))
         return
-    translations = translator.translate(lines, **search)
+    translations = translator.translate(lines, search)
     text = "".join(scoring.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
     _write_output(args.output, text)
 
@@ -179,10 +181,10 @@ def _score(args):
     from keras_transformer.decoding.translator import load_run, n_best_text
     from pipelines.corpus import read_aligned_lines
 
-    alpha = _task(args.model).search["alpha"] if args.alpha is None else args.alpha
+    search = _search(args, _task(args.model).search)
     sources, targets = read_aligned_lines(args.source, args.target)
     translator = load_run(args.model, args.weights, ensemble=args.ensemble or ())
-    scored = translator.score(sources, targets, alpha, args.alignments, target_name=args.target)
+    scored = translator.score(sources, targets, search, args.alignments, target_name=args.target)
     _write_output(args.output, n_best_text(sources, [[h] for h in scored]))
 
 
@@ -227,22 +229,23 @@ def _evaluate(args):
         raise SystemExit(f"unknown split {split!r}; splits: {sorted(files)}")
     scoring = _task(args.model)
     search = _search(args, scoring.search)
-    if args.tune_alpha and (args.alpha is not None or search["beam_size"] < 2):
+    if args.tune_alpha and (args.alpha is not None or search.beam_size < 2):
         raise SystemExit("--tune-alpha needs a beam search (--beam 2 or more) and no --alpha")
     translator = _load_translator(args, args.jit_compile)
     output = args.output or run_directory.evaluation_directory(
         args.model, translator.weights_path, args.ensemble or ()
     )
     if args.tune_alpha:
-        search["alpha"], tuned = tune_alpha(
-            translator, *files["validation"], output, scoring, args.tune_alpha, **search
+        alpha, tuned = tune_alpha(
+            translator, *files["validation"], output, scoring, args.tune_alpha, search
         )
-        print(f"validation: length penalty α {search['alpha']:g} of {args.tune_alpha} scores best")
+        search = search.replace(alpha=alpha)
+        print(f"validation: length penalty α {alpha:g} of {args.tune_alpha} scores best")
     if args.tune_alpha and split == "validation":
         scores = tuned  # decoded at the chosen α already
     else:
-        scores = evaluate_corpus(translator, *files[split], output, scoring.score, **search)
-    print(f"{split} {source}->{target} beam {search['beam_size']}: {scoring.summary(scores)}")
+        scores = evaluate_corpus(translator, *files[split], output, scoring.score, search)
+    print(f"{split} {source}->{target} beam {search.beam_size}: {scoring.summary(scores)}")
 
 
 def _distill(args):
@@ -265,7 +268,7 @@ def _distill(args):
         scoring.present,
         teachers,
         with_references=not args.translations_only,
-        **search,
+        search=search,
     )
     subwords = args.model / run_directory.SUBWORDS_FILE
     student = (
@@ -322,7 +325,7 @@ def _export(args):
             args.output,
             quantize=args.quantize,
             source_length=args.source_length,
-            **search,
+            search=search,
         )
     else:
         path = export_saved_model(

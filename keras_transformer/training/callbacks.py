@@ -255,7 +255,8 @@ class ValidationScores(EveryUpdate):
         log_dir: TensorBoard directory; scalars go to its `<kind>/` run.
         metrics: the run's `MetricsJsonl`, which gets `kind: <kind>` lines.
         kind: names the records, "bleu" or "parsing".
-        extra_length: the search's output budget beyond the input length.
+        search: the `SearchSettings` of the outputs' search, of beam size 1 (greedy: cheap
+            enough to run while training).
     """
 
     def __init__(
@@ -268,7 +269,7 @@ class ValidationScores(EveryUpdate):
         log_dir,
         metrics,
         kind,
-        extra_length,
+        search,
     ):
         super().__init__()
         self.tokenizer = tokenizer
@@ -278,7 +279,7 @@ class ValidationScores(EveryUpdate):
         self.log_dir = Path(log_dir)
         self.metrics = metrics
         self.kind = kind
-        self.extra_length = extra_length
+        self.search = search
         self._translator = None
         self._last_step = None
 
@@ -301,9 +302,7 @@ class ValidationScores(EveryUpdate):
         if self._translator is None:  # one translator, so its traced search is reused
             self._translator = Translator(self.model, self.tokenizer)
         start = time.perf_counter()
-        hypotheses = self._translator.translate(
-            self.sources, beam_size=1, extra_length=self.extra_length, progress=False
-        )
+        hypotheses = self._translator.translate(self.sources, self.search, progress=False)
         scores = self.score(self.sources, hypotheses, self.references)
         scores = {f"val_{k}": v for k, v in scores.items() if isinstance(v, float)}
         scores[f"val_{self.kind}_seconds"] = time.perf_counter() - start

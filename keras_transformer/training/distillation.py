@@ -29,6 +29,7 @@ A teacher trained on text files (`train --data-dir`) writes a copy that a studen
 text: `train --data-dir runs/distilled-text --subwords runs/teacher/subwords.model`.
 """
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 from durable_files import write_atomically
+from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepared import input_text_files
 
@@ -46,7 +48,14 @@ RECORD = "distillation.json"
 
 
 def distill_data_dir(
-    translator, files, data_dir, output_dir, present, teachers, with_references=True, **search
+    translator,
+    files,
+    data_dir,
+    output_dir,
+    present,
+    teachers,
+    with_references=True,
+    search=SearchSettings(),
 ) -> Path:
     """Writes `output_dir`: `files`' training pairs plus the translator's, other splits linked.
 
@@ -60,13 +69,13 @@ def distill_data_dir(
         with_references: keep the original pairs before the translated ones; without them the
             student learns the teacher's outputs alone (its validation loss against the
             references then rises, docs/RESULTS.md).
-        search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
+        search: the `SearchSettings` of `Translator.translate`.
     """
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
-    translations = translator.translate(sources, **search)
+    translations = translator.translate(sources, search)
     seconds = time.perf_counter() - start
     distilled = [present(s, t) for s, t in zip(sources, translations, strict=True)]
 
@@ -79,7 +88,7 @@ def distill_data_dir(
                 link(copy, Path(path))
     record = {
         "teachers": [str(t) for t in teachers],
-        "search": search,
+        "search": dataclasses.asdict(search),
         "training_pairs": len(sources),
         "with_references": with_references,
         "empty_translations": sum(not t.strip() for t in distilled),

@@ -342,7 +342,7 @@ def validation_scores(
         run.output / run_directory.LOGS_DIR,
         metrics,
         kind=scoring.name,
-        extra_length=scoring.search["extra_length"],
+        search=scoring.search.replace(beam_size=1),  # greedy
     )
 
 
