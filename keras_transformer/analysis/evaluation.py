@@ -29,6 +29,8 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
+from keras_transformer.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 
@@ -179,7 +181,7 @@ def tune_alpha(
     comparison to `<split>.beam<k>.alpha_tuning.json`; a tie goes to the α listed first.
     """
     if search.get("beam_size", 1) < 2:
-        raise ValueError("tuning the length penalty needs a beam search (beam size 2 or more)")
+        raise ConfigError("tuning alpha needs a beam search: beam_size 2 or more")
     results = {}
     for alpha in alphas:
         results[alpha] = evaluate_corpus(

@@ -36,6 +36,7 @@ import os
 import time
 from pathlib import Path
 
+from keras_transformer.errors import ConfigError
 from pipelines.corpus import CorpusError, read_aligned_lines, write_atomically
 from pipelines.prepared import input_text_files
 
@@ -61,6 +62,8 @@ def distill_data_dir(
             references then rises, docs/RESULTS.md).
         search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
     """
+    if Path(output_dir).resolve() == Path(data_dir).resolve():
+        raise ConfigError(f"output_dir {output_dir} holds the original data: name a new directory")
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
