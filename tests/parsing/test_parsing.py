@@ -13,8 +13,10 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer import cli
 from keras_transformer.analysis.evaluation import task
+from keras_transformer.cli import commands
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.parsing.constituency import parse_scores, present
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH
 from pipelines.tokenizer import PAD_ID
 
@@ -43,7 +45,7 @@ def test_a_ptb_run_decodes_with_the_search_of_section_6_3():
     assert parsing.search == {"beam_size": 21, "alpha": 0.3, "extra_length": 300}
     assert translation.search == {"beam_size": 4, "alpha": 0.6, "extra_length": 50}
     args = cli.build_parser().parse_args(["evaluate", "--model", "run", "--alpha", "0.5"])
-    assert cli._search(args, parsing.search) == {"beam_size": 21, "alpha": 0.5, "extra_length": 300}
+    assert commands.searched(parsing, args) == SearchSettings(21, 0.5, 300)
 
 
 def test_parse_scores_repair_what_they_score():
