@@ -88,8 +88,8 @@ def _verbose_flag(parser):
     )
 
 
-def _output_flag(parser, help, required=False):
-    parser.add_argument("--output", type=Path, required=required, help=help)
+def _output_flag(parser, help, required=False, default=None):
+    parser.add_argument("--output", type=Path, required=required, default=default, help=help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,7 +292,7 @@ def _serve(parser):
 def _attention(parser):
     parser.add_argument("--sentence", required=True)
     parser.add_argument("--layer", type=int, default=-1, help="layer index (default: last)")
-    parser.add_argument("--output", type=Path, default=Path("attention.png"))
+    _output_flag(parser, "PNG (default: %(default)s)", default=Path("attention.png"))
 
 
 def _curve(parser):
@@ -328,7 +328,7 @@ def main(argv=None) -> int:
         # Only `train` runs on JAX; decoding, export and serving are TensorFlow's.
         runtime.select_backend(getattr(args, "backend", "tensorflow"))
     except (ValueError, RuntimeError) as error:
-        raise SystemExit(f"keras-transformer {args.command}: error: {error}") from None
+        raise commands.CommandError(args.command, error) from None
     runtime.configure(quiet=not args.verbose)
     # Past a file-size limit, a write fails (EFBIG: a WriteError naming the file) rather than
     # the process being killed.
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
         args.handler(args)
     except Exception as error:
         if isinstance(error, _one_line_errors()):  # imported only once something is raised
-            raise SystemExit(f"keras-transformer {args.command}: error: {error}") from None
+            raise commands.CommandError(args.command, error) from None
         raise
     return 0
 

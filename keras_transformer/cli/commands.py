@@ -11,6 +11,19 @@ from keras_transformer.config import PRESETS, ConfigError, TransformerConfig
 from keras_transformer.search_settings import SearchSettings
 
 
+class CommandError(SystemExit):
+    """Ends a command as argparse ends a usage error: one line on stderr, exit code 2. Its
+    `str()` is that line."""
+
+    def __init__(self, command: str, error):
+        super().__init__(2)
+        self.line = f"keras-transformer {command}: error: {error}"
+        print(self.line, file=sys.stderr)
+
+    def __str__(self):
+        return self.line
+
+
 def params(args):
     """parameter counts of base, big and every Table 3 row beside the paper's"""
     from keras_transformer.analysis.parameter_count import format_table3
@@ -276,7 +289,7 @@ def serve(args):
             poll_seconds=args.file_system_poll_wait_seconds or None,
         ).start()
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
-        raise SystemExit(f"keras-transformer serve: error: {error}") from None
+        raise CommandError("serve", error) from None
     print(
         f"serving {args.model_name} v{model.version}: "
         f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "

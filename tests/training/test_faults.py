@@ -290,7 +290,7 @@ def refusal(data_dir, output, *extra) -> str:
 
 
 def assert_one_line_error(result, starting):
-    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"keras-transformer train: error: {starting}"), result.stderr[-3000:]
     for crash in ("Traceback", "Exception ignored", "Segmentation fault"):
