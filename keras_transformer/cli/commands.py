@@ -54,7 +54,7 @@ def variations(args):
 
 def prepare(args):
     """tokenize a parallel corpus once into sharded TFRecord files that training streams"""
-    from pipelines.prepare import CorpusOptions, PrepareOptions
+    from keras_transformer.prepare_options import CorpusOptions, PrepareOptions
     from pipelines.prepare import prepare as prepare_corpus
     from pipelines.prepared import summary
 

@@ -144,11 +144,11 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_
     reshaped = ("--set", "d_ff=64", "--allow-training-changes", "--set", "relu_dropout=0.2")
     assert "['d_ff'] fix the model" in refusal(multi30k_slice, output, *reshaped)
     missing = refusal(multi30k_slice, output, "--subwords", str(tmp_path / "none.model"))
-    assert f"--subwords {tmp_path / 'none.model'}: no such file" in missing
+    assert f"subwords {tmp_path / 'none.model'}: no such file" in missing
     other = tmp_path / "other.model"
     other.write_bytes((output / "subwords.model").read_bytes() + b"\n")
     relearned = refusal(multi30k_slice, output, "--subwords", str(other))
-    assert f"--subwords {other} is not the vocabulary" in relearned and "without" in relearned
+    assert f"subwords {other} is not the vocabulary" in relearned and "without" in relearned
     assert json.loads((output / "run.json").read_text())["subwords"] is None
     student = tmp_path / "student"
     cased = ("--subwords", str(output / "subwords.model"), "--lowercase")
