@@ -8,8 +8,8 @@ the settings from a parsed namespace. What a field's `metadata` may say:
 - `flag`: the flag where it is not `--field-name` (`--beam` for `beam_size`).
 - `cli`: False for a field that is no flag.
 - `choices`, `metavar`, `nargs`: as argparse takes them (`nargs` for a list or tuple).
-- `type`: an argparse type that parses the text, where the annotation's does not
-  (`"train=train,validation=dev"` → a dict).
+- `type`: a function that parses the text, where the annotation's type does not
+  (`"train=train,validation=dev"` → a dict); the message of its ValueError is the error shown.
 - `none_at`: the value that means None on the command line (`--bleu-every 0`: never).
 - `negatable`: a bool flag that also has `--no-flag` (argparse's BooleanOptionalAction); other
   bool flags are `store_true`.
@@ -100,7 +100,10 @@ def _options(field, annotation, default) -> dict:
     for key in ("choices", "metavar"):
         if key in metadata:
             options[key] = metadata[key]
-    scalar, many = (metadata["type"], False) if "type" in metadata else _scalar_type(annotation)
+    if "type" in metadata:
+        scalar, many = _with_its_message(metadata["type"]), False
+    else:
+        scalar, many = _scalar_type(annotation)
     if scalar is bool:
         negatable = metadata.get("negatable", False)
         options["action"] = argparse.BooleanOptionalAction if negatable else "store_true"
@@ -109,6 +112,18 @@ def _options(field, annotation, default) -> dict:
     if many:
         options["nargs"] = metadata.get("nargs", "+")
     return options
+
+
+def _with_its_message(parse):
+    """A metadata `type` whose ValueError says what is wrong: argparse shows its message."""
+
+    def parse_text(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse_text
 
 
 def _parse(parse, metadata):

@@ -125,3 +125,22 @@ def test_a_deferred_parser_adds_its_flags_when_first_used():
     assert not added
     assert parser.parse_args(["--x", "3"]).x == 3 and parser.parse_args([]).x is None
     assert len(added) == 1
+
+
+def test_a_metadata_type_parses_the_text_and_its_error_is_shown(capsys):
+    def pair(text):
+        key, _, value = text.partition("=")
+        if not value:
+            raise ValueError(f"{text!r} is not KEY=VALUE")
+        return {key: value}
+
+    @dataclasses.dataclass
+    class Named:
+        names: dict | None = setting(None, type=pair)
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, Named)
+    assert parser.parse_args(["--names", "a=b"]).names == {"a": "b"}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--names", "a"])
+    assert "argument --names: 'a' is not KEY=VALUE" in capsys.readouterr().err
