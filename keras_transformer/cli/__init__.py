@@ -3,7 +3,7 @@
 Each setting's flag is generated from its field in a settings dataclass (`cli.arguments`):
 `TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`, and the
 server's `BatchingParameters` and `Limits`. Flags several commands share are declared once, on
-parent parsers. What each command does is `cli.commands`'. Every error in what the user gave (a
+parent parsers. What each command does is in `cli.commands`. Every error in what the user gave (a
 `KerasTransformerError`, or the data pipelines' `CorpusError` and `WriteError`) ends the command
 with one line and exit code 2.
 

@@ -118,7 +118,7 @@ def mirrored_paths(files, data_dir, output_dir) -> dict:
         except ValueError:
             raise CorpusError(
                 f"{paths[0]} is not a file of {data_dir}: this dataset is not read from files "
-                "in --data-dir, so a distilled copy of them would never be trained on"
+                "in data_dir, so a distilled copy of them would never be trained on"
             ) from None
         mirrored[split] = tuple(Path(output_dir) / path for path in relative)
         mirrored[split][0].parent.mkdir(parents=True, exist_ok=True)

@@ -118,7 +118,9 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
 
     with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
         cli.main(["evaluate", "--model", str(run), "--dataset", "multi30k"])
-    with pytest.raises(SystemExit, match="--well-formed needs a parser trained with --tgt lex"):
+    with pytest.raises(
+        SystemExit, match="well_formed_trees needs a parser trained with target_language lex"
+    ):
         cli.main(["evaluate", "--model", str(run), "--well-formed"])
 
     # `translate` prints trees over the input's words, however ill-formed the decoded strings.
