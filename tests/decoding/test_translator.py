@@ -304,7 +304,7 @@ def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
 def test_n_best_beyond_the_beam_is_a_clear_error(run_dir, tmp_path):
     (tmp_path / "in.en").write_text("A dog.\n", encoding="utf-8")
     arguments = ["--model", str(run_dir), "--input", str(tmp_path / "in.en")]
-    with pytest.raises(SystemExit, match="n-best 5 must be 1 to the beam size 4"):
+    with pytest.raises(SystemExit, match="n_best 5 must be 1 to beam_size 4"):
         cli.main(["translate", *arguments, "--n-best", "5", "--beam", "4"])
 
 
