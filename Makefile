@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 # attention, and export a SavedModel for TensorFlow Serving.
 # Training runs TensorFlow's kernels and the scoring XLA: in a few minutes XLA's compilations
 # cost more updates than its faster steps give back, while the beam search over the 1,000 test
-# sentences runs faster compiled, with the same output (docs/RESULTS.md).
+# sentences runs faster compiled, with the same output (docs/PERFORMANCE.md).
 DEMO_RUN ?= runs/demo
 DEMO_PREPARED ?= runs/demo-data
 DEMO_MINUTES ?= 6

@@ -1,8 +1,10 @@
 """Ours and the peers alternated round by round: ratios without the drift.
 
+Table: docs/PERFORMANCE.md#speed-against-peers (the alternated ratios).
+
 `compare_peers.sh` runs every program in a process of its own, one after another, so each
 figure is taken minutes after the one it is compared with, and a shared machine's speed moves
-from minute to minute (docs/RESULTS.md). Here each round times every
+from minute to minute (docs/PERFORMANCE.md). Here each round times every
 program once, the order rotated from round to round, and each round gives ours / peer: the
 machine's state then weighs on both sides of every ratio alike, and the spread of the rounds'
 ratios says how far the comparison holds. For training it also gives ours over the fastest peer

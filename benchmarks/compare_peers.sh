@@ -11,7 +11,9 @@
 # On a CPU with bfloat16 units (AMX or AVX512-BF16, used by oneDNN but not by XLA) ours is also
 # trained in mixed_bfloat16 without XLA: a row of its own, since the peers' workload is float32.
 # Elsewhere that row is skipped: emulated, bfloat16 trains several times slower than float32
-# (docs/RESULTS.md). BF16=yes or BF16=no overrides the check.
+# (docs/PERFORMANCE.md). BF16=yes or BF16=no overrides the check.
+#
+# Table: docs/PERFORMANCE.md#speed-against-peers.
 #
 #   benchmarks/compare_peers.sh [results.jsonl]      # about 40 minutes on 2 cores
 #

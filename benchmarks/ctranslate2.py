@@ -1,5 +1,7 @@
 """Our beam search against CTranslate2 on the same weights: throughput, latency, BLEU, size, memory.
 
+Table: docs/PERFORMANCE.md#ctranslate2-against-our-beam-search.
+
 One trained run (`--model`), Multi30k test_2016_flickr (1,000 sentences), beam 4, α 0.6, and the
 same number of threads for every engine (`--threads`, 2 by default):
 

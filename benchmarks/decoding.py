@@ -1,5 +1,8 @@
 """Decoding speed of the `small` model: greedy and beam 4, cached vs. uncached, batch 1 and 64.
 
+Table: docs/PERFORMANCE.md#speed-against-peers, through `throughput.py`, which times the peers'
+decoding batch with its `measure`.
+
 Batches are decoded as `Translator` decodes them: cut into one slice per CPU core, decoded side
 by side (`--slices 1` decodes each batch whole, for comparison).
 
@@ -13,7 +16,7 @@ tokens/s (tokens actually generated, read from the result) and the median second
 
 `--intra-op-threads 1` runs every operation (and each XLA program) on one thread, so that each
 slice of a batch has its own core instead of sharing both cores' thread pool with the other
-slice (docs/RESULTS.md: greedy gains, beam 4 and batch 1 lose, so it is not the default).
+slice (docs/PERFORMANCE.md: greedy gains, beam 4 and batch 1 lose, so it is not the default).
 """
 
 import argparse

@@ -1,5 +1,7 @@
 """Training and decoding speed of `base` and `big` on JAX, for a GPU: tokens/s and MFU.
 
+Table: docs/PERFORMANCE.md#gpus.
+
 Needs JAX, Keras and numpy only (the model core imports no TensorFlow), so it runs on a GPU
 machine whose image has JAX but no TensorFlow. Batches are synthetic: random ids at the paper's
 token budget (§5.1, ~25,000 source and ~25,000 target tokens a batch), every sentence
@@ -22,7 +24,7 @@ compute, float32 weights) it times `train_on_batch` (Adam and Eq. 3, label smoot
 
 `--smoke` runs the `tiny` preset for a few steps on whatever JAX finds (a CPU here); the test
 suite runs it so that the script keeps working between GPU runs. The record of a full run goes to
-benchmarks/results/gpu-<UTC timestamp>.jsonl (`--out`); figures belong in docs/RESULTS.md.
+benchmarks/results/gpu-<UTC timestamp>.jsonl (`--out`); figures belong in docs/PERFORMANCE.md.
 
     python benchmarks/gpu.py                 # sized for under 8 minutes on one H100/H200-class GPU
     python benchmarks/gpu.py --smoke --out -

@@ -5,6 +5,8 @@
 # recipe decodes; our beam 4 and averaged checkpoints beside). The matmul ceiling is measured
 # before each, since this machine's speed drifts.
 #
+# Table: docs/RESULTS.md#multi30k-ende-test_2016_flickr-1000-sentences.
+#
 #   benchmarks/m30k_time_matched.sh [minutes] [runs directory]   # 50 minutes: about 2 hours
 #
 # A finished half (its result.json or learning_curve.png exists) is not run again.

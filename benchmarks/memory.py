@@ -1,5 +1,7 @@
 """Peak resident memory: training `base` at its token budget, and decoding against output length.
 
+Table: docs/PERFORMANCE.md#memory.
+
 Every figure comes from a fresh child process (its own `ru_maxrss`), so no measurement inherits
 another's peak:
 

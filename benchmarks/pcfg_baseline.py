@@ -1,5 +1,7 @@
 """The classical baseline of the parsing experiment (§6.3), scored exactly like the Transformer.
 
+Table: docs/RESULTS.md#constituency-parsing-63 (the PCFG row).
+
 Induces a PCFG from the training split of the Penn Treebank sample
 (`keras_transformer.parsing.pcfg`), parses a split's sentences with it, linearizes the trees and
 scores them with the function that `keras-transformer evaluate` uses for a ptb run

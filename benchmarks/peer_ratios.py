@@ -1,5 +1,7 @@
 """Our figures against the best peer's, from `compare_peers.sh` results files.
 
+Table: docs/PERFORMANCE.md#speed-against-peers (ratios, medians, targets met).
+
 For one file, prints the peers' own table (their `report.py`, which lists our record too) and
 then, for each figure, ours, the best peer's, the ratio and the target of issue 8, with how far a
 missed target is from being met. The targets compare like with like: our float32 records. Our
@@ -10,7 +12,7 @@ that peer among them as `tutorial_dropout_on.py` runs it.
 
 For several files (runs), prints each run's ratios and then, per target, every run's ratio, their
 median and how many runs met it: on a shared machine a single run's ratio carries minutes of
-drift (docs/RESULTS.md), so the spread over runs is what says whether a target holds.
+drift (docs/PERFORMANCE.md), so the spread over runs is what says whether a target holds.
 
     .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-<date>.jsonl
     .venv/bin/python benchmarks/peer_ratios.py benchmarks/results/peers-*.jsonl

@@ -1,5 +1,7 @@
 # The peers' virtual environments, created on first use so that torch and keras-hub never enter
 # the project's .venv. Sourced by compare_peers.sh and m30k_time_matched.sh.
+#
+# Table: docs/PERFORMANCE.md#speed-against-peers (the peers' environments).
 TORCH_VENV=${TORCH_VENV:-/tmp/kt-venv-torch}
 HUB_VENV=${HUB_VENV:-/tmp/kt-venv-keras-hub}
 

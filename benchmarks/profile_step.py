@@ -1,6 +1,9 @@
 """Where a training step (or a decoding call) of the peers' workload spends its time: a per-op
 profile.
 
+Table: none of its own; `ctranslate2.py --profile` and `alternated.py` use its helpers
+(docs/PERFORMANCE.md#ctranslate2-against-our-beam-search).
+
 Trains our Transformer on the peers' batch (as `throughput.py` does), or with `--decode greedy|beam`
 decodes their decoding batch with the cache (as `decoding.py` does), records a few steps with
 `tf.profiler` while XLA emits one trace event per HLO op, and prints the ops' summed thread time,

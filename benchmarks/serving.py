@@ -1,5 +1,7 @@
 """Load and fault probes on `keras-transformer serve`: batching off against on, REST and gRPC.
 
+Table: docs/PERFORMANCE.md#serving (load and fault probes).
+
 Each server is `keras-transformer serve` in a process of its own over `--model-base-path` (its
 peak resident memory is read from /proc at the end). `--part load`: for batching off, then on,
 `--clients` concurrent clients × `--requests` `:predict` requests each (one real Multi30k test

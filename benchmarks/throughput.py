@@ -1,5 +1,7 @@
 """Training and decoding throughput of our Transformer on the peers' workload.
 
+Table: docs/PERFORMANCE.md#speed-against-peers (our rows of the peers' runs).
+
 Same model sizes, batch (64 × 24+24 tokens, vocabulary 8000, tied), label-smoothed loss, Adam
 with a constant 1e-4, and timing protocol (1 compile step, 3 warm-up steps, 3 repetitions of N
 timed steps, median) as the peer scripts (../shared/peers/README.md). For `small` it also

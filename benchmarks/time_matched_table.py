@@ -1,5 +1,7 @@
 """The table of issue 9's time-matched comparison (`benchmarks/m30k_time_matched.sh`).
 
+Table: docs/RESULTS.md#multi30k-ende-test_2016_flickr-1000-sentences (the PyTorch recipe's row).
+
 Both systems are scored here the same way (`evaluation.corpus_scores`: sacreBLEU cased
 detokenized, chrF, BLEU on lowercased Moses-tokenized text) from the hypotheses they wrote for
 test_2016_flickr: the PyTorch recipe's greedy `test_2016_flickr.hyp.de`, and our `evaluate`

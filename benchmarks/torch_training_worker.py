@@ -1,5 +1,7 @@
 """PyTorch's peer as a worker process that `alternated.py train` steps over a pipe.
 
+Table: docs/PERFORMANCE.md#speed-against-peers, through `alternated.py`.
+
 PyTorch cannot share a process with TensorFlow, so `alternated.py` starts this script with the
 torch virtual environment's Python (`benchmarks/peer_venvs.sh`) and writes one line to its
 standard input for each training step it wants; the worker runs that step, materialises the

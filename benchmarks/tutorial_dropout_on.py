@@ -1,9 +1,11 @@
 """The tutorial-style peer (`../shared/peers/tf_tutorial_style.py`) trained with its dropout on.
 
+Table: docs/PERFORMANCE.md#speed-against-peers (the peer with its dropout on).
+
 Its `Transformer.call(self, inputs)` takes no `training` argument, as on tensorflow.org. Keras 3's
 `fit` passes `training=True` only to a model whose `call` takes it, so the peer's `fit` runs
 every Dropout layer in inference mode: its benchmark trains with no dropout at all, where the
-workload says 0.1 (its compiled step holds no random-number op; docs/RESULTS.md). Keras 2 set
+workload says 0.1 (its compiled step holds no random-number op; docs/PERFORMANCE.md). Keras 2 set
 the training phase for nested layers either way, which is why the tutorial never needed the
 argument.
 

@@ -1,5 +1,8 @@
 """The peers' benchmark workload (../shared/peers/README.md) as our configuration.
 
+Table: docs/PERFORMANCE.md#speed-against-peers, through `throughput.py`, `alternated.py` and the
+peers' scripts.
+
 Imports the peers' `common.py` (their workload definition and timing protocol) from the peers
 directory beside the checkout, or from `KT_PEERS_DIR`.
 """
@@ -86,7 +89,7 @@ def matmul_ceiling_gflops(n=2048, repeats=10, dtype=tf.float32, jit_compile=True
 
 def machine_description() -> dict:
     """The CPU and kernel a record was measured on. CI draws its machine, and the kinds differ in
-    speed and in whether `malloc` faults large blocks in again (docs/RESULTS.md), so a record
+    speed and in whether `malloc` faults large blocks in again (docs/PERFORMANCE.md), so a record
     names its own."""
     cpuinfo = Path("/proc/cpuinfo")
     fields = {}

@@ -41,6 +41,7 @@ from keras_transformer import (  # noqa: E402
     export_saved_model,
 )
 from pipelines import corpus_files, load_or_train_tokenizer, make_translation_dataset  # noqa: E402
+from pipelines.batching import BatchingSettings  # noqa: E402
 
 config = TransformerConfig.preset(args.preset)
 if args.batch_tokens:
@@ -60,11 +61,13 @@ def dataset(split):
     return make_translation_dataset(
         *files[split],
         tokenizer,
-        batch_tokens=config.batch_tokens,
-        max_length=config.max_length,
-        shuffle=training,
-        seed=1234,
-        repeat=training,  # endless: steps_per_epoch says where an epoch ends
+        BatchingSettings(
+            config.batch_tokens,
+            config.max_length,
+            shuffle=training,
+            seed=1234,
+            repeat=training,  # endless: steps_per_epoch says where an epoch ends
+        ),
     )
 
 

@@ -16,20 +16,21 @@ import.
   imported: TensorFlow, or JAX for `train --backend jax`.
 - `leave_gpus_to_jax`: with JAX as Keras's backend TensorFlow runs the input pipeline only, and is
   kept off the GPUs, whose memory JAX's allocator takes.
-- `quiet_start_up`: TensorFlow's C++ start-up notes (the oneDNN notice, "could not find cuda
-  drivers", "failed call to cuInit" on a machine without a GPU) kept from the terminal; they are
-  written by absl's C++ logger straight to file descriptor 2, past `TF_CPP_MIN_LOG_LEVEL`.
+- `quiet_tensorflow_notes`: TensorFlow's C++ notes (the oneDNN notices at start-up and at a
+  first step, "could not find cuda drivers", "failed call to cuInit" on a machine without a GPU)
+  kept from the terminal for the life of the process; absl's C++ logger writes them straight to
+  file descriptor 2, past `TF_CPP_MIN_LOG_LEVEL`.
 
 `configure` applies all of them but the backend, which the CLI selects first. A value the user
 already set in the environment is kept; the measurements behind the defaults are in
-docs/RESULTS.md.
+docs/PERFORMANCE.md.
 """
 
-import contextlib
+import atexit
 import os
 import re
+import subprocess
 import sys
-import tempfile
 import warnings
 
 BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -49,8 +50,28 @@ START_UP_NOISE = re.compile(
     r"All log messages before absl::InitializeLog|port\.cc:\d+\] oneDNN custom operations"
     r"|cudart_stub\.cc|cuda_platform\.cc:\d+\] failed call to cuInit|cpu_feature_guard\.cc"
     r"|^To enable the following instructions|Unable to register cu(DNN|FFT|BLAS) factory"
-    r"|computation_placer\.cc|TF-TRT Warning"
+    r"|computation_placer\.cc|TF-TRT Warning|oneDNN supports DT_\w+ only on platforms with"
 )
+
+# The filter between the process's file descriptor 2 and the terminal: complete lines are
+# forwarded unless they are noise, and a partial line up to its last carriage return (a
+# progress bar) at once. It ignores Ctrl-C, which the terminal sends to the whole process
+# group, so that the main process's last words still pass through it.
+_FILTER = """
+import os, re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+noise = re.compile(sys.argv[1].encode())
+pending = b""
+while chunk := os.read(0, 65536):
+    *lines, pending = (pending + chunk).split(b"\\n")
+    kept = b"".join(line + b"\\n" for line in lines if not noise.search(line))
+    carriage = pending.rfind(b"\\r") + 1
+    kept, pending = kept + pending[:carriage], pending[carriage:]
+    if kept:
+        os.write(2, kept)
+if pending and not noise.search(pending):
+    os.write(2, pending)
+"""
 
 
 def configure(quiet: bool = True) -> None:
@@ -60,10 +81,7 @@ def configure(quiet: bool = True) -> None:
     prefer_wide_vectors()
     if quiet:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        with quiet_start_up():
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()  # where the GPU probe logs its failure
+        quiet_tensorflow_notes()
     if os.environ.get(BACKEND_VARIABLE) == "jax":
         leave_gpus_to_jax()
 
@@ -112,21 +130,33 @@ def prefer_wide_vectors(bits: int = 512) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {VECTOR_WIDTH_FLAG}={bits}".strip()
 
 
-@contextlib.contextmanager
-def quiet_start_up():
-    """Captures file descriptor 2 for the block, then writes back every line that is not one of
-    TensorFlow's start-up notes (`START_UP_NOISE`), so real errors still reach the user."""
+def quiet_tensorflow_notes() -> None:
+    """Routes file descriptor 2 through a filter process that drops TensorFlow's notes
+    (`START_UP_NOISE`) and forwards everything else, for the rest of the process's life.
+
+    A process of its own, not a thread: when this one dies at once (an abort in TensorFlow's C++
+    code, a kill), the filter still reads what was written before and forwards it, so a fatal
+    error's message is never lost. At exit, file descriptor 2 is given back and the filter waited
+    for, so that nothing it forwards lands after the process has ended.
+    """
     sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            text = captured.read().decode("utf-8", "replace")
-            kept = [line for line in text.splitlines(True) if not START_UP_NOISE.search(line)]
-            sys.stderr.write("".join(kept))
+    terminal = os.dup(2)
+    noise_filter = subprocess.Popen(
+        [sys.executable, "-c", _FILTER, START_UP_NOISE.pattern],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.dup2(noise_filter.stdin.fileno(), 2)
+    noise_filter.stdin.close()
+    atexit.register(_close_filter, noise_filter, terminal)
+
+
+def _close_filter(noise_filter: subprocess.Popen, terminal: int) -> None:
+    sys.stderr.flush()
+    os.dup2(terminal, 2)  # closes this process's end of the pipe: the filter reads to its end
+    os.close(terminal)
+    try:
+        noise_filter.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # a child process of ours still holds the pipe
+        pass

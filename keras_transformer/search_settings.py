@@ -8,10 +8,10 @@ Example:
 >>> settings = SearchSettings(beam_size=4, alpha=0.6)
 >>> settings.replace(beam_size=1).beam_size
 1
->>> SearchSettings(beam_size=2, n_best=3)
+>>> SearchSettings(beam_size=0)
 Traceback (most recent call last):
 ...
-keras_transformer.errors.ConfigError: n_best 3 must be 1 to beam_size 2: a search keeps beam_size hypotheses
+keras_transformer.errors.ConfigError: beam_size 0 must be an integer of at least 1
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ cost a few ops per thousand pairs rather than per pair. `bucket_by_token_budget`
 into padded batches; it is applied with `dataset.apply`.
 """
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -22,6 +23,79 @@ import tensorflow as tf
 from pipelines.tokenizer import PAD_ID
 
 CHUNK_PAIRS = 1024  # pairs an element of a chunked stream holds
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingSettings:
+    """How a split's pairs become batches: their order, the token budget and the length buckets.
+    `make_translation_dataset` and `prepared_dataset` take one whole; `help` in each field's
+    metadata documents it. Which pairs an input pipeline reads (`num_shards`, `shard_index`) is
+    the caller's, not a batching setting.
+
+    Example:
+    >>> settings = BatchingSettings(batch_tokens=2048, max_length=64, boundaries=[9, 17, 65])
+    >>> settings.boundaries
+    (9, 17, 65)
+    >>> dataclasses.replace(settings, shuffle=True, seed=1).shuffle
+    True
+    """
+
+    batch_tokens: int = dataclasses.field(
+        default=4096,
+        metadata={"help": "positions per batch and side, padding included (§5.1: about 25,000)"},
+    )
+    max_length: int = dataclasses.field(
+        default=256,
+        metadata={"help": "pairs whose longer side, with BOS/EOS, is longer are dropped"},
+    )
+    boundaries: tuple[int, ...] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "length buckets' limits (exclusive, the last above max_length); default "
+            "one bucket per length, which pads least; under XLA few (fitted_bucket_boundaries)"
+        },
+    )
+    pad_batches: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "pad each bucket's last, smaller batch with PAD rows to full size, so that a "
+            "finite pass has one shape per bucket too (XLA)"
+        },
+    )
+    shuffle: bool = dataclasses.field(
+        default=False, metadata={"help": "shuffle the pairs each pass"}
+    )
+    seed: int | None = dataclasses.field(
+        default=None, metadata={"help": "the shuffle's seed: the same order every run"}
+    )
+    repeat: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "repeat for ever, reshuffling each pass: every batch is then full"},
+    )
+    deterministic: bool | None = dataclasses.field(
+        default=None,
+        metadata={"help": "keep the order under parallel reads and maps (default: when seeded)"},
+    )
+
+    def __post_init__(self):
+        if self.boundaries is not None:  # a tuple: the settings stay hashable and unchanged
+            object.__setattr__(self, "boundaries", tuple(self.boundaries))
+
+    def dataset_options(self):
+        """`tf.data.Options` of a dataset batched so: its determinism, and no auto-sharding
+        (each input pipeline already reads its own share)."""
+        options = tf.data.Options()
+        seeded = self.seed is not None
+        options.deterministic = seeded if self.deterministic is None else self.deterministic
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return options
+
+    def bucketing(self):
+        """The `bucket_by_token_budget` transform of these settings."""
+        boundaries = list(self.boundaries) if self.boundaries else None
+        return bucket_by_token_budget(
+            self.batch_tokens, self.max_length, boundaries, self.pad_batches
+        )
 
 
 def pair_lengths_of_chunk(source, target_in):
@@ -44,45 +118,58 @@ def bucket_batch_sizes(boundaries, batch_tokens):
     return sizes + [sizes[-1]]
 
 
-def full_batches_per_pass(lengths, batch_tokens, max_length, boundaries=None):
+def length_counts(lengths) -> np.ndarray:
+    """Pairs per bucketing length, `counts[length]`: what epoch sizes and fitted buckets are
+    computed from. Its size is the longest length + 1, whatever the number of pairs.
+
+    Example:
+    >>> length_counts([3, 3, 5]).tolist()
+    [0, 0, 0, 2, 0, 1]
+    """
+    return np.bincount(np.asarray(lengths, dtype=np.int64))
+
+
+def full_batches_per_pass(counts, batch_tokens, max_length, boundaries=None):
     """How many full batches (`bucket_by_token_budget` on repeated data) carry one pass over
-    pairs of these bucketing `lengths`: each bucket's pairs over its batch size, summed, rounded
-    up. Fewer than a finite pass's batches, whose every bucket ends in a smaller one; and the same
-    whatever the order of the pairs.
+    pairs of these bucketing lengths (`counts[length]`, as `length_counts` gives them): each
+    bucket's pairs over its batch size, summed, rounded up. Fewer than a finite pass's batches,
+    whose every bucket ends in a smaller one; and the same whatever the order of the pairs.
 
     Example (batches of 8 pairs up to length 4, of 2 pairs up to 16; a finite pass makes 1 + 2):
-    >>> full_batches_per_pass([3, 3, 3, 9, 9, 9], 32, max_length=16, boundaries=[5, 17])
+    >>> full_batches_per_pass(length_counts([3, 3, 3, 9, 9, 9]), 32, 16, boundaries=[5, 17])
     2
     """
     boundaries = boundaries or bucket_boundaries(max_length)
     sizes = bucket_batch_sizes(boundaries, batch_tokens)
-    buckets = np.searchsorted(boundaries, np.asarray(lengths), side="right")
-    pairs = np.bincount(buckets, minlength=len(sizes))
+    counts = np.asarray(counts, dtype=np.int64)
+    buckets = np.searchsorted(boundaries, np.arange(counts.size), side="right")
+    pairs = np.zeros(len(sizes), dtype=np.int64)
+    np.add.at(pairs, buckets, counts)
     # Exact fractions: a float sum of 1/size per pair can land just above a whole number of
     # batches and round up to one batch too many.
     return math.ceil(sum(Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)))
 
 
-def fitted_bucket_boundaries(lengths, num_buckets, max_length):
+def fitted_bucket_boundaries(counts, num_buckets, max_length):
     """The `num_buckets` boundaries that pad a corpus least, plus one catch-all up to `max_length`.
 
     Under XLA every bucket is one compiled shape, so the number of buckets is fixed and their
-    limits are chosen from the pair lengths of the training data: dynamic programming over the
-    length histogram minimises the positions used when each pair pads to its bucket's limit. The
-    catch-all bucket takes longer pairs of other splits (never seen in training, so never
-    compiled there).
+    limits are chosen from the pair lengths of the training data (`counts[length]`, as
+    `length_counts` gives them): dynamic programming over the length histogram minimises the
+    positions used when each pair pads to its bucket's limit. The catch-all bucket takes longer
+    pairs of other splits (never seen in training, so never compiled there).
 
     Example:
-    >>> fitted_bucket_boundaries([3, 3, 4, 9, 10, 10], num_buckets=2, max_length=16)
+    >>> fitted_bucket_boundaries(length_counts([3, 3, 4, 9, 10, 10]), 2, max_length=16)
     [5, 11, 17]
     """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size == 0:
+    counts = np.asarray(counts, dtype=np.int64)
+    values = np.flatnonzero(counts)
+    if values.size == 0:
         raise ValueError("fitted_bucket_boundaries needs at least one pair length")
-    if lengths.max() > max_length:
-        raise ValueError(f"pair length {lengths.max()} exceeds max_length {max_length}")
-    values, counts = np.unique(lengths, return_counts=True)
-    pairs_up_to = np.concatenate([[0], np.cumsum(counts)])
+    if values[-1] > max_length:
+        raise ValueError(f"pair length {values[-1]} exceeds max_length {max_length}")
+    pairs_up_to = np.concatenate([[0], np.cumsum(counts[values])])
     buckets = min(num_buckets, len(values))
     # cost[k][j]: fewest positions for values[:j] in k buckets; the last bucket's limit is
     # values[j - 1], and it holds the pairs after the previous bucket's end i.

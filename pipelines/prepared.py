@@ -44,9 +44,9 @@ the shards hold exactly the pairs `make_translation_dataset` keeps from the same
 for a side that holds characters but no subword, which that keeps as EOS alone.
 
 `read_manifest` checks that every file it names is there with its recorded size;
-`prepared_dataset` streams a split's shards into the trainer's batches; `prepared_pair_lengths`
-gives the lengths that bucket boundaries and epoch sizes are computed from, without reading the
-data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
+`prepared_dataset` streams a split's shards into the trainer's batches; `prepared_length_counts`
+gives the pairs per length that bucket boundaries and epoch sizes are computed from, without
+reading the data; `prepared_vocabulary`, `prepared_text_files` and `check_vocabulary` give a run its
 vocabulary and evaluation text, and refuse a run whose vocabulary is not the prepared one.
 `input_text_files` gives the text files a corpus was prepared from, for `distill`.
 """
@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from pipelines.batching import CHUNK_PAIRS, bucket_by_token_budget
+from pipelines.batching import CHUNK_PAIRS, BatchingSettings
 from pipelines.corpus import CorpusError
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from pipelines.translation_dataset import add_boundary_tokens
@@ -233,15 +233,22 @@ def _split(manifest, directory, split) -> dict:
     return manifest["splits"][split]
 
 
-def prepared_pair_lengths(directory, split="train", max_length=None) -> np.ndarray:
-    """The bucketing length of every kept pair of a split (in no particular order), from the
-    manifest's histogram: for `fitted_bucket_boundaries` and `full_batches_per_pass`. With
-    `max_length`, only the pairs `prepared_dataset(max_length=...)` keeps."""
+def prepared_length_counts(directory, split="train", max_length=None) -> np.ndarray:
+    """The kept pairs of a split per bucketing length (`counts[length]`, as
+    `pipelines.batching.length_counts` gives them), from the manifest's histogram, without
+    reading a shard: for `fitted_bucket_boundaries` and `full_batches_per_pass`. Its size is the
+    longest length + 1, whatever the number of pairs. With `max_length`, only the pairs
+    `prepared_dataset` keeps at that limit."""
     histogram = _split(read_manifest(directory), directory, split)["lengths"]
-    lengths = np.array([int(length) for length in histogram], dtype=np.int64)
-    counts = np.array(list(histogram.values()), dtype=np.int64)
-    lengths = np.repeat(lengths, counts)
-    return lengths if max_length is None else lengths[lengths <= max_length]
+    kept = {
+        int(length): count
+        for length, count in histogram.items()
+        if max_length is None or int(length) <= max_length
+    }
+    counts = np.zeros(max(kept, default=-1) + 1, dtype=np.int64)
+    for length, count in kept.items():
+        counts[length] = count
+    return counts
 
 
 def _parse_pairs(records):
@@ -273,16 +280,9 @@ def _check_pipeline_share(directory, split, shards, num_shards, shard_index) -> 
 def prepared_dataset(
     directory,
     split,
-    batch_tokens,
-    max_length,
-    shuffle=False,
-    seed=None,
-    repeat=False,
+    batching: BatchingSettings,
     num_shards=1,
     shard_index=0,
-    boundaries=None,
-    pad_batches=False,
-    deterministic=None,
     shuffle_buffer=SHUFFLE_BUFFER,
 ):
     """Bucketed, padded batches of a prepared split, with the elements, dtypes and batching of
@@ -290,21 +290,18 @@ def prepared_dataset(
 
     Args:
         directory, split: a prepared directory (`pipelines.prepare`) and one of its splits.
-        batch_tokens, max_length, boundaries, pad_batches: as `bucket_by_token_budget`; pairs
-            longer than `max_length` are skipped (prepare dropped those over its own).
-        shuffle, seed: shuffle the shard files and, through a buffer of `shuffle_buffer`
-            pairs, the pairs each pass (with `seed`, the same order every run).
-        repeat: repeat forever, reshuffling each pass.
+        batching: the batches' `BatchingSettings`; pairs longer than its `max_length` are
+            skipped (prepare dropped those over its own). Its shuffle shuffles the shard files
+            and, through a buffer of `shuffle_buffer` pairs, the pairs each pass.
         num_shards, shard_index: this input pipeline's shard files (every num_shards-th, as
             `tf.distribute.InputContext`'s num_input_pipelines and input_pipeline_id give);
             there must be at least as many shard files as pipelines.
-        deterministic: keep element order under parallel reads (default: when `seed` is set).
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
     entry = _split(manifest, directory, split)
     prepared_max_length = manifest["options"]["max_length"]
-    if max_length > prepared_max_length:
+    if batching.max_length > prepared_max_length:
         logger.warning(
             "%s was prepared with max_length %d: its pairs longer than that were dropped then",
             directory,
@@ -313,26 +310,20 @@ def prepared_dataset(
     own_files = _check_pipeline_share(directory, split, entry["shards"], num_shards, shard_index)
     files = [str(directory / shard["file"]) for shard in entry["shards"]]
     dataset = tf.data.Dataset.from_tensor_slices(files).shard(num_shards, shard_index)
-    if shuffle:
-        dataset = dataset.shuffle(own_files, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
+    if batching.shuffle:
+        dataset = dataset.shuffle(own_files, seed=batching.seed, reshuffle_each_iteration=True)
+    if batching.repeat:
         dataset = dataset.repeat()
     dataset = dataset.interleave(
         tf.data.TFRecordDataset,
         cycle_length=min(INTERLEAVED_FILES, own_files),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    if shuffle:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if batching.shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=batching.seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(CHUNK_PAIRS).map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.apply(
-        bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
-    )
-    options = tf.data.Options()
-    options.deterministic = seed is not None if deterministic is None else deterministic
-    # Each input pipeline reads its own files, chosen above; tf.distribute must not shard again.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.apply(batching.bucketing())
+    return dataset.with_options(batching.dataset_options()).prefetch(tf.data.AUTOTUNE)
 
 
 def summary(manifest, directory) -> list[str]:

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from pipelines.batching import CHUNK_PAIRS, bucket_by_token_budget, pair_lengths_of_chunk
+from pipelines.batching import CHUNK_PAIRS, BatchingSettings, pair_lengths_of_chunk
 from pipelines.corpus import read_parallel_corpus
 from pipelines.tokenizer import BOS_ID, EOS_ID
 
@@ -46,50 +46,27 @@ def tokenize_pairs(tokenizer):
 
 
 def make_translation_dataset(
-    source_path,
-    target_path,
-    tokenizer,
-    batch_tokens=4096,
-    max_length=256,
-    shuffle=True,
-    seed=None,
-    num_shards=1,
-    shard_index=0,
-    repeat=False,
-    deterministic=None,
-    boundaries=None,
-    pad_batches=False,
+    source_path, target_path, tokenizer, batching: BatchingSettings, num_shards=1, shard_index=0
 ):
     """Bucketed, padded batches of a parallel corpus (see the module docstring).
 
     Args:
         source_path, target_path: aligned text files, plain or .gz.
         tokenizer: a `SubwordTokenizer`.
-        batch_tokens: positions per batch and side, padding included.
-        max_length: pairs whose longer side (with BOS/EOS) is longer are dropped
+        batching: the batches' `BatchingSettings`; pairs over its `max_length` are dropped
             (`count_over_length` counts them; `train` logs the count).
-        shuffle, seed: shuffle the pairs each pass (with `seed`, the same order every run).
-        num_shards, shard_index: this input pipeline's share of the pairs (distributed input).
-        repeat: repeat forever, reshuffling each pass; batches are then always full.
-        deterministic: keep element order under parallel maps (default: when `seed` is set).
-        boundaries, pad_batches: the length buckets and whether a finite pass pads its last
-            batches to full size (see `bucket_by_token_budget`); fixed shapes for XLA.
+        num_shards, shard_index: this input pipeline's share of the pairs (distributed input;
+            tf.distribute does not shard again).
     """
     corpus = read_parallel_corpus(source_path, target_path)
     dataset = tf.data.Dataset.from_tensor_slices((corpus.source, corpus.target))
     dataset = dataset.shard(num_shards, shard_index)
-    if shuffle:
-        dataset = dataset.shuffle(len(corpus), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
+    if batching.shuffle:
+        dataset = dataset.shuffle(len(corpus), seed=batching.seed, reshuffle_each_iteration=True)
+    if batching.repeat:
         dataset = dataset.repeat()
-    dataset = dataset.apply(tokenize_pairs(tokenizer)).apply(
-        bucket_by_token_budget(batch_tokens, max_length, boundaries, pad_batches)
-    )
-    options = tf.data.Options()
-    options.deterministic = seed is not None if deterministic is None else deterministic
-    # Sharding is done above, by pairs; tf.distribute must not shard again.
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.apply(tokenize_pairs(tokenizer)).apply(batching.bucketing())
+    return dataset.with_options(batching.dataset_options()).prefetch(tf.data.AUTOTUNE)
 
 
 def pair_lengths(source_path, target_path, tokenizer) -> np.ndarray:

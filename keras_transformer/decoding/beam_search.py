@@ -29,7 +29,7 @@ every loop tensor and cache tensor, `FIXED` ones included, are dropped, so the s
 compute only the sentences still open; the search is then one loop, whose cache grows by a
 block at each block's first step. Without it a batch runs every sentence until its last one is
 done, which on real batches is two to three times the hypothesis-steps needed
-(docs/RESULTS.md). The results are the same either way.
+(docs/PERFORMANCE.md). The results are the same either way.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
 alive ones by every token, keeps the `2 × beam` best candidates, sends those ending in EOS (or at

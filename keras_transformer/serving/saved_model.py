@@ -44,7 +44,7 @@ translator carries a `tree_constraint.WellFormedTrees`, which then goes into eve
 TensorFlow Serving requires every input of a signature, so the search settings get a signature of
 their own rather than optional inputs.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
-as one XLA program, which answers a request in much less time (docs/RESULTS.md). XLA compiles
+as one XLA program, which answers a request in much less time (docs/PERFORMANCE.md). XLA compiles
 once per request shape and search settings, seconds each; the search pads a request's batch to
 a size in `translator.ROW_BUCKETS` (1, 2, 3, 4, 6, 8, 12, ...) and its source width to a multiple of
 `translator.LENGTH_BUCKET`, so a server compiles a bounded set of programs, not one per batch

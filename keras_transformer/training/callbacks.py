@@ -7,6 +7,8 @@
   K: the files that checkpoint averaging reads (§6.1 averages the last 5 or 20).
 - `ValidationScores` greedy-decodes a fixed slice of the validation split every K steps and logs
   its scores (sacreBLEU and chrF, or parsing F1) to TensorBoard and `metrics.jsonl`.
+- `ProgressLog` logs a line every N updates with the step, loss, rate and time left: the
+  progress a log file or a pipe gets, where Keras's bar prints only at an epoch's end.
 - `StopAtStep` / `StopAfterMinutes` end training at a step count or a wall-clock budget;
   `StopOnPlateau` once the validation loss has not improved for N epochs.
 - `ResumableBackup` is Keras's `BackupAndRestore` (weights, optimizer slots and step counter,
@@ -333,6 +335,67 @@ def stop_after(callback: keras.callbacks.Callback, batch: int | None) -> None:
     steps = (callback.params or {}).get("steps")
     callback.model.stopped_mid_epoch = batch is None or steps is None or batch + 1 < steps
     callback.model.stop_training = True
+
+
+class ProgressLog(EveryUpdate):
+    """Logs `step 300/900 (33%), loss 3.214, 2.10 updates/s, 4,200 tokens/s, ETA 4m45s` every
+    `every_steps` updates.
+
+    The rate is that since the previous line, so a first step's compilation does not slow the
+    estimate for good. The time left is to `max_steps`, or to the end of `max_minutes` of this
+    process where that comes first; with neither, the line has no total and no ETA.
+    """
+
+    def __init__(self, every_steps, max_steps=None, max_minutes=None, clock=time.monotonic):
+        super().__init__()
+        self.every_steps = every_steps
+        self.max_steps = max_steps
+        self.max_seconds = None if max_minutes is None else 60 * max_minutes
+        self.clock = clock
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._start = self._last_time = self.clock()
+        self._last_step = self._step_seen
+
+    def on_update(self, step, logs):
+        if step % self.every_steps:
+            return
+        now = self.clock()
+        rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+        self._last_step, self._last_time = step, now
+        logger.info("%s", self.line(step, logs or {}, rate, now))
+
+    def line(self, step, logs, rate, now) -> str:
+        parts = [f"step {step}"]
+        if self.max_steps:
+            parts[0] += f"/{self.max_steps} ({100 * step / self.max_steps:.0f}%)"
+        if "loss" in logs:
+            parts.append(f"loss {float(logs['loss']):.3f}")
+        parts.append(f"{rate:.2f} updates/s")
+        if "target_tokens_per_s" in logs:
+            parts.append(f"{float(logs['target_tokens_per_s']):,.0f} tokens/s")
+        left = self.seconds_left(step, rate, now)
+        if left is not None:
+            parts.append(f"ETA {duration(left)}")
+        return ", ".join(parts)
+
+    def seconds_left(self, step, rate, now) -> float | None:
+        candidates = []
+        if self.max_steps:
+            candidates.append(max(self.max_steps - step, 0) / max(rate, 1e-9))
+        if self.max_seconds is not None:
+            candidates.append(max(self.max_seconds - (now - self._start), 0.0))
+        return min(candidates) if candidates else None
+
+
+def duration(seconds: float) -> str:
+    """`3725` → `1h02m05s`; `285` → `4m45s`; `9.4` → `9s`."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class StopAtStep(keras.callbacks.Callback):

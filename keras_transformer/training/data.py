@@ -5,9 +5,9 @@
 
 - `tokenizer`: the run's shared vocabulary, held in the run directory (learned from the training
   split, adopted from `--subwords`, or, for prepared data, the prepared one);
-- `kept_lengths`: the bucketing lengths of the training pairs that batches keep, for the size of
-  an epoch and XLA's buckets; prepared data gives them from its manifest, without reading a
-  shard;
+- `length_counts`: the training pairs that batches keep, per bucketing length
+  (`counts[length]`), for the size of an epoch and XLA's buckets; prepared data gives them from
+  its manifest, without reading a shard;
 - `text_files`: `{split: (source, target)}` of the splits whose text validation BLEU reads;
 - `identity`: `{file name: sha256}` of what identifies the training data (its two files, or the
   prepared corpus's manifest, which holds its shards' checksums), for `run.json`;
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass
 class TrainingData:
     tokenizer: object
-    kept_lengths: np.ndarray
+    length_counts: np.ndarray
     text_files: dict
     batches: Callable
     identity: dict
@@ -78,22 +78,14 @@ def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> Train
     )
 
     def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
-        shards = _pipeline_share(context)
         return make_translation_dataset(
             *files[split],
             train_tokenizer if split == "train" else tokenizer,
-            batch_tokens=micro_batch_tokens,
-            max_length=config.max_length,
-            shuffle=split == "train",
-            seed=run.seed,
-            num_shards=shards[0],
-            shard_index=shards[1],
-            repeat=repeat,
-            boundaries=boundaries,
-            pad_batches=pad_batches,
+            _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches),
+            *_pipeline_share(context),
         )
 
-    kept = kept_pair_lengths(config, files, tokenizer)
+    kept = kept_length_counts(config, files, tokenizer)
     return TrainingData(tokenizer, kept, files, batches, checksums(files["train"]))
 
 
@@ -106,7 +98,7 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
         MANIFEST_FILE,
         check_vocabulary,
         prepared_dataset,
-        prepared_pair_lengths,
+        prepared_length_counts,
         prepared_text_files,
         prepared_vocabulary,
         read_manifest,
@@ -131,22 +123,14 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
             )
 
     def batches(split, context=None, repeat=False, boundaries=None, pad_batches=False):
-        shards = _pipeline_share(context)
         return prepared_dataset(
             run.data_dir,
             split,
-            micro_batch_tokens,
-            config.max_length,
-            shuffle=split == "train",
-            seed=run.seed,
-            repeat=repeat,
-            num_shards=shards[0],
-            shard_index=shards[1],
-            boundaries=boundaries,
-            pad_batches=pad_batches,
+            _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches),
+            *_pipeline_share(context),
         )
 
-    kept = prepared_pair_lengths(run.data_dir, "train", config.max_length)
+    kept = prepared_length_counts(run.data_dir, "train", config.max_length)
     identity = checksums([run.data_dir / MANIFEST_FILE])
     return TrainingData(tokenizer, kept, prepared_text_files(run.data_dir), batches, identity)
 
@@ -191,14 +175,32 @@ def check_vocabulary_size(tokenizer, config: TransformerConfig):
         )
 
 
+def _batching(run, config, micro_batch_tokens, split, repeat, boundaries, pad_batches):
+    """The `BatchingSettings` of a split's batches (`TrainingData.batches`' arguments): the
+    training pairs shuffled with the run's seed, every split under the micro-batch's token
+    budget and the model's max_length."""
+    from pipelines.batching import BatchingSettings
+
+    return BatchingSettings(
+        micro_batch_tokens,
+        config.max_length,
+        boundaries=boundaries,
+        pad_batches=pad_batches,
+        shuffle=split == "train",
+        seed=run.seed,
+        repeat=repeat,
+    )
+
+
 def _pipeline_share(context) -> tuple[int, int]:
     """(input pipelines, this one's index) of a `tf.distribute.InputContext`, or one pipeline."""
     return (context.num_input_pipelines, context.input_pipeline_id) if context else (1, 0)
 
 
-def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
-    """The bucketing lengths of the training pairs that batches keep; logs the over-long pairs
-    that the training and validation batches leave out."""
+def kept_length_counts(config, files, tokenizer) -> np.ndarray:
+    """The training pairs that batches keep, per bucketing length (`counts[length]`); logs the
+    over-long pairs that the training and validation batches leave out."""
+    from pipelines.batching import length_counts
     from pipelines.translation_dataset import pair_lengths
 
     lengths = pair_lengths(*files["train"], tokenizer)
@@ -210,7 +212,7 @@ def kept_pair_lengths(config, files, tokenizer) -> np.ndarray:
         config.max_length,
         "the validation loss skips them (BLEU translates them, truncated)",
     )
-    return lengths[~over]
+    return length_counts(lengths[~over])
 
 
 def warn_over_length(split, over, max_length, consequence):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -55,7 +56,7 @@ from keras_transformer.training.training_run import TrainingRun
 logger = logging.getLogger(__name__)
 
 # Under XLA every batch shape is one compilation, so the buckets are few and fitted to the
-# training lengths, which keeps the padding small (docs/RESULTS.md).
+# training lengths, which keeps the padding small (docs/PERFORMANCE.md).
 XLA_BUCKETS = 6
 
 
@@ -292,6 +293,8 @@ def build_callbacks(
     ]
     if run.bleu_every:
         callbacks.append(validation_scores(run, tokenizer, files, metrics))
+    if logs_progress(run):
+        callbacks.append(run_callbacks.ProgressLog(run.log_every, run.max_steps, run.max_minutes))
     if run.max_steps:
         callbacks.append(run_callbacks.StopAtStep(run.max_steps))
     if run.max_minutes:
@@ -299,6 +302,15 @@ def build_callbacks(
     if plateau:
         callbacks.append(plateau)  # last: `callbacks.cut_short` holds for those before it
     return callbacks
+
+
+def logs_progress(run: TrainingRun) -> bool:
+    """Whether the run's progress goes to a log file or a pipe, not a terminal (at `verbose=1`).
+
+    There Keras's bar prints only at an epoch's end, so the fit prints a line an epoch
+    (`verbose=2`) and `ProgressLog` a line every `log_every` updates, with the time left.
+    """
+    return run.verbose == 1 and not sys.stdout.isatty()
 
 
 def plateau_stop(run: TrainingRun, step: int) -> run_callbacks.StopOnPlateau | None:
@@ -338,7 +350,7 @@ def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -
 
     Without bfloat16 units TensorFlow emulates it, several times slower than float32; with them,
     oneDNN uses them but XLA's CPU backend does not (`benchmarks/throughput.py --precision
-    mixed_bfloat16`; docs/RESULTS.md).
+    mixed_bfloat16`; docs/PERFORMANCE.md).
     """
     if run.precision != "mixed_bfloat16" or on_gpu:
         return None
@@ -439,7 +451,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         )
     data = training_data(run, config, config.batch_tokens // micro_batches)
     run_directory.check_same_data_files(run, data.identity)
-    if not len(data.kept_lengths):  # else the repeated, filtered data would wait for ever
+    if not data.length_counts.sum():  # else the repeated, filtered data would wait for ever
         raise ConfigError(
             f"no training pair to train on in {run.data_dir}: the training split is empty, or "
             f"every pair is longer than max_length={config.max_length} subwords (raise it with "
@@ -453,8 +465,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         "Every worker learns it from its own copy of the training files, or takes subwords: "
         "give all of them the same files and settings (the chief's run keeps the one it learned)",
     )
-    kept_lengths = data.kept_lengths
-    boundaries = length_buckets(config, run, kept_lengths)
+    boundaries = length_buckets(config, run, data.length_counts)
 
     def dataset(split, context=None, repeat=False):
         batches = data.batches(split, context, repeat, boundaries, pad_batches=run.jit_compile)
@@ -465,7 +476,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
     # tests/test_distribution.py). Workers whose epochs differed would fall out of step in
     # their collectives (one validating while another trains): they stop instead.
     pass_batches = full_batches_per_pass(
-        kept_lengths, config.batch_tokens // micro_batches, config.max_length, boundaries
+        data.length_counts, config.batch_tokens // micro_batches, config.max_length, boundaries
     )
     epoch_steps = steps_per_epoch(pass_batches, replicas)
     check_workers_agree(
@@ -519,7 +530,7 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         # with its default shuffle=True it warns in every run that it ignores it.
         shuffle=False,
         callbacks=build_callbacks(run, tokenizer, data.text_files, plateau, step),
-        verbose=run.verbose,
+        verbose=2 if logs_progress(run) else run.verbose,
     )
     run_directory.save_weights_atomically(model, final)
     return final
@@ -548,13 +559,13 @@ def for_jax(run: TrainingRun) -> TrainingRun:
     return dataclasses.replace(run, jit_compile=True, bleu_every=None)
 
 
-def length_buckets(config, run, kept_lengths) -> list[int] | None:
-    """Under XLA, the length buckets fitted to the training pairs (`kept_lengths`)."""
+def length_buckets(config, run, length_counts) -> list[int] | None:
+    """Under XLA, the length buckets fitted to the training pairs (`counts[length]`)."""
     from pipelines.batching import fitted_bucket_boundaries
 
     if not run.jit_compile:
         return None
-    boundaries = fitted_bucket_boundaries(kept_lengths, XLA_BUCKETS, config.max_length)
+    boundaries = fitted_bucket_boundaries(length_counts, XLA_BUCKETS, config.max_length)
     logger.info("XLA: %d length buckets %s, one compiled shape each", len(boundaries), boundaries)
     return boundaries
 

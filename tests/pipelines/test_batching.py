@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.training.data import kept_pair_lengths
+from keras_transformer.training.data import kept_length_counts
 from keras_transformer.training.trainer import count_batches
 from pipelines import count_over_length, make_translation_dataset, padding_efficiency
 from pipelines.batching import (
+    BatchingSettings,
     bucket_batch_sizes,
     bucket_boundaries,
     fitted_bucket_boundaries,
     full_batches_per_pass,
+    length_counts,
 )
 from pipelines.corpus import read_parallel_corpus
 from pipelines.tokenizer import PAD_ID
@@ -31,7 +33,7 @@ def batches(dataset):
 
 def test_every_batch_respects_the_budget_and_a_bucket_boundary(train_slice, tokenizer):
     dataset = make_translation_dataset(
-        *train_slice, tokenizer, batch_tokens=BUDGET, max_length=MAX_LENGTH, seed=1
+        *train_slice, tokenizer, BatchingSettings(BUDGET, MAX_LENGTH, shuffle=True, seed=1)
     )
     lengths = {b - 1 for b in bucket_boundaries(MAX_LENGTH)}
     seen = 0
@@ -84,19 +86,16 @@ def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
     `tf.data` makes a pair at a time (batches of different buckets may come in other order)."""
     lengths = pair_lengths(*train_slice, tokenizer)
     boundaries = (
-        fitted_bucket_boundaries(lengths[lengths <= MAX_LENGTH], 4, MAX_LENGTH)
+        fitted_bucket_boundaries(length_counts(lengths[lengths <= MAX_LENGTH]), 4, MAX_LENGTH)
         if fitted
         else bucket_boundaries(MAX_LENGTH)
     )
     ours = make_translation_dataset(
         *train_slice,
         tokenizer,
-        BUDGET,
-        MAX_LENGTH,
-        shuffle=False,
-        deterministic=True,
-        boundaries=boundaries,
-        pad_batches=pad_batches,
+        BatchingSettings(
+            BUDGET, MAX_LENGTH, deterministic=True, boundaries=boundaries, pad_batches=pad_batches
+        ),
     )
     reference = per_pair_bucketing(*train_slice, tokenizer, boundaries, pad_batches)
 
@@ -109,7 +108,7 @@ def test_chunked_bucketing_makes_the_batches_of_per_pair_bucketing(
 
 def test_a_budget_below_a_bucket_width_still_batches_its_pairs_one_a_batch(train_slice, tokenizer):
     dataset = make_translation_dataset(
-        *train_slice, tokenizer, 24, MAX_LENGTH, shuffle=False, pad_batches=True
+        *train_slice, tokenizer, BatchingSettings(24, MAX_LENGTH, pad_batches=True)
     )
     rows = [int(np.sum(source[:, 0] != 0)) for source, _, _ in batches(dataset)]
     assert sum(rows) == 3000 - count_over_length(*train_slice, tokenizer, MAX_LENGTH)
@@ -128,18 +127,18 @@ def test_training_logs_the_over_length_pairs_of_both_splits(
         "validation": [multi30k_dir / f"val.{s}.gz" for s in "en de".split()],
     }
     with caplog.at_level(logging.WARNING):
-        kept = kept_pair_lengths(SimpleNamespace(max_length=12), files, tokenizer)
+        kept = kept_length_counts(SimpleNamespace(max_length=12), files, tokenizer)
     for split, name, pairs in [("train", "training", 3000), ("validation", "validation", 1014)]:
         over = count_over_length(*files[split], tokenizer, max_length=12)
         assert over > 0
         assert f"{over} of {pairs} {name} pairs are longer than max_length=12" in caplog.text
-    assert len(kept) == 3000 - count_over_length(*train_slice, tokenizer, max_length=12)
-    assert kept.max() <= 12
+    assert kept.sum() == 3000 - count_over_length(*train_slice, tokenizer, max_length=12)
+    assert kept.size <= 13
 
 
 def test_bucketing_pads_far_less_than_plain_batching(train_slice, tokenizer):
     bucketed = make_translation_dataset(
-        *train_slice, tokenizer, batch_tokens=4096, max_length=128, seed=3
+        *train_slice, tokenizer, BatchingSettings(4096, 128, shuffle=True, seed=3)
     )
     efficiency = padding_efficiency(bucketed)
     sizes = [len(s) for s, _, _ in batches(bucketed)]
@@ -167,7 +166,11 @@ def open_lines(path):
 
 def test_same_seed_same_batches(train_slice, tokenizer):
     def run():
-        return batches(make_translation_dataset(*train_slice, tokenizer, 2048, 64, seed=11))
+        return batches(
+            make_translation_dataset(
+                *train_slice, tokenizer, BatchingSettings(2048, 64, shuffle=True, seed=11)
+            )
+        )
 
     first, second = run(), run()
     assert len(first) == len(second)
@@ -181,9 +184,7 @@ def test_two_shards_partition_the_pairs(train_slice, tokenizer):
         dataset = make_translation_dataset(
             *train_slice,
             tokenizer,
-            2048,
-            200,
-            shuffle=False,
+            BatchingSettings(2048, 200),
             num_shards=num_shards,
             shard_index=index,
         )
@@ -196,15 +197,13 @@ def test_two_shards_partition_the_pairs(train_slice, tokenizer):
 
 def test_fitted_buckets_bound_the_shapes_and_pad_batches_fills_every_batch(train_slice, tokenizer):
     lengths = pair_lengths(*train_slice, tokenizer)
-    boundaries = fitted_bucket_boundaries(lengths[lengths <= MAX_LENGTH], 4, MAX_LENGTH)
+    boundaries = fitted_bucket_boundaries(
+        length_counts(lengths[lengths <= MAX_LENGTH]), 4, MAX_LENGTH
+    )
     dataset = make_translation_dataset(
         *train_slice,
         tokenizer,
-        2048,
-        MAX_LENGTH,
-        shuffle=False,
-        boundaries=boundaries,
-        pad_batches=True,
+        BatchingSettings(2048, MAX_LENGTH, boundaries=boundaries, pad_batches=True),
     )
     shapes, real_rows = set(), 0
     for source, target_in, target_out in batches(dataset):
@@ -225,32 +224,35 @@ def test_an_epoch_is_the_full_batches_that_carry_one_pass(train_slice, tokenizer
     smaller one). The shuffle decides which buckets one epoch's batches come from, so a single
     epoch may be off by more than a batch: the average is taken over several."""
     files = {"train": train_slice, "validation": train_slice}
-    kept = kept_pair_lengths(SimpleNamespace(max_length=MAX_LENGTH), files, tokenizer)
+    kept = kept_length_counts(SimpleNamespace(max_length=MAX_LENGTH), files, tokenizer)
     boundaries = fitted_bucket_boundaries(kept, 4, MAX_LENGTH) if fitted else None
 
     def dataset(repeat):
         return make_translation_dataset(
             *train_slice,
             tokenizer,
-            2048,
-            MAX_LENGTH,
-            seed=1,
-            repeat=repeat,
-            boundaries=boundaries,
-            pad_batches=fitted,
+            BatchingSettings(
+                2048,
+                MAX_LENGTH,
+                shuffle=True,
+                seed=1,
+                repeat=repeat,
+                boundaries=boundaries,
+                pad_batches=fitted,
+            ),
         )
 
     epoch = full_batches_per_pass(kept, 2048, MAX_LENGTH, boundaries)
     epochs = 8
     stream = dataset(True).take(epochs * epoch)
     rows = [int(np.sum(source[:, 0] != 0)) for source, _, _ in batches(stream)]
-    assert abs(sum(rows) - epochs * len(kept)) < epochs * max(rows)
+    assert abs(sum(rows) - epochs * kept.sum()) < epochs * max(rows)
     assert epoch < count_batches(dataset(repeat=False))
 
 
 def test_an_epoch_of_whole_batches_is_counted_exactly():
     """27 pairs in batches of 3 are 9 batches: a float sum of 27 thirds rounds up to 10."""
-    assert full_batches_per_pass([9] * 27, 48, max_length=16, boundaries=[5, 17]) == 9
+    assert full_batches_per_pass(length_counts([9] * 27), 48, 16, boundaries=[5, 17]) == 9
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -260,7 +262,7 @@ def test_fitted_buckets_pad_least_among_all_choices(seed):
     def positions(limits):  # each pair pads to the smallest limit that holds it
         return sum(min(b for b in limits if b >= length) for length in lengths)
 
-    fitted = fitted_bucket_boundaries(lengths, 3, max_length=12)
+    fitted = fitted_bucket_boundaries(length_counts(lengths), 3, max_length=12)
     assert fitted[-1] == 13 and len(fitted) <= 4
     best = min(positions(limits + (12,)) for limits in itertools.combinations(range(1, 12), 2))
     assert positions([b - 1 for b in fitted]) == best

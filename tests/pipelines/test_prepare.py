@@ -15,13 +15,18 @@ import tensorflow_datasets as tfds
 from invented_language import invented_pairs, write_pairs, write_side
 from keras_transformer import cli
 from pipelines import prepare as prepare_module
-from pipelines.batching import fitted_bucket_boundaries, full_batches_per_pass
+from pipelines.batching import (
+    BatchingSettings,
+    fitted_bucket_boundaries,
+    full_batches_per_pass,
+    length_counts,
+)
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepare import TextPairs, TfdsPairs, TsvPairs, corpus_description, prepare
 from pipelines.prepared import (
     check_vocabulary,
     prepared_dataset,
-    prepared_pair_lengths,
+    prepared_length_counts,
     prepared_text_files,
     read_manifest,
 )
@@ -78,9 +83,7 @@ def pair_rows(dataset) -> collections.Counter:
 
 
 def trainer_rows(files, tokenizer) -> collections.Counter:
-    dataset = make_translation_dataset(
-        *files, tokenizer, batch_tokens=512, max_length=MAX_LENGTH, shuffle=False
-    )
+    dataset = make_translation_dataset(*files, tokenizer, BatchingSettings(512, MAX_LENGTH))
     return pair_rows(dataset)
 
 
@@ -95,9 +98,9 @@ def modification_times(directory) -> dict:
 def test_the_shards_stream_the_batches_the_trainer_makes_from_the_text(
     prepared, prepared_tokenizer, invented, split
 ):
-    dataset = prepared_dataset(prepared, split, batch_tokens=512, max_length=MAX_LENGTH)
+    dataset = prepared_dataset(prepared, split, BatchingSettings(512, MAX_LENGTH))
     expected = make_translation_dataset(
-        *invented[split], prepared_tokenizer, 512, MAX_LENGTH, shuffle=False
+        *invented[split], prepared_tokenizer, BatchingSettings(512, MAX_LENGTH)
     )
     assert dataset.element_spec == expected.element_spec
     assert pair_rows(dataset) == pair_rows(expected)
@@ -119,7 +122,7 @@ def test_the_manifest_counts_every_pair_and_its_length(prepared, prepared_tokeni
         assert entry["pairs_kept"] == len(kept) == sum(s["pairs"] for s in entry["shards"])
         assert (entry["shortest"], entry["longest"]) == (lengths.min(), lengths.max())
         assert entry["lengths"] == {str(k): v for k, v in sorted(collections.Counter(kept).items())}
-        assert np.array_equal(np.sort(prepared_pair_lengths(prepared, split)), np.sort(kept))
+        assert np.array_equal(prepared_length_counts(prepared, split), length_counts(kept))
     train = manifest["splits"]["train"]
     assert train["dropped"] == {"empty": EMPTY_PAIRS, "too_long": LONG_PAIRS}
     shards = [shard["file"] for shard in train["shards"]]
@@ -140,45 +143,88 @@ def test_buckets_and_epochs_come_from_the_histogram_without_reading_the_data(
 ):
     lengths = pair_lengths(*invented["train"], prepared_tokenizer)
     kept = lengths[lengths <= MAX_LENGTH]
-    from_histogram = prepared_pair_lengths(prepared, "train")
+    from_histogram = prepared_length_counts(prepared, "train")
     assert fitted_bucket_boundaries(from_histogram, 4, MAX_LENGTH) == fitted_bucket_boundaries(
-        kept, 4, MAX_LENGTH
+        length_counts(kept), 4, MAX_LENGTH
     )
     assert full_batches_per_pass(from_histogram, 512, MAX_LENGTH) == full_batches_per_pass(
-        kept, 512, MAX_LENGTH
+        length_counts(kept), 512, MAX_LENGTH
     )
-    shorter = prepared_pair_lengths(prepared, "train", max_length=20)
-    rows = pair_rows(prepared_dataset(prepared, "train", 512, max_length=20))
-    assert shorter.max() <= 20 and rows.total() == shorter.size
+    shorter = prepared_length_counts(prepared, "train", max_length=20)
+    rows = pair_rows(prepared_dataset(prepared, "train", BatchingSettings(512, 20)))
+    assert shorter.size <= 21 and rows.total() == shorter.sum()
+
+
+def test_the_reader_holds_one_count_a_length_not_one_a_pair(prepared, tmp_path):
+    """Three times the pairs, in the same vocabulary: the counts triple, their array does not
+    grow, and the batches the trainer sizes its epoch and buckets from are the same pairs."""
+    tripled = write_pairs(tmp_path, "train", TRAIN * 3)
+    larger = tmp_path / "tripled"
+    prepare(
+        larger,
+        TextPairs({"train": tripled}, ("xx", "yy")),
+        subwords=prepared / "subwords.model",
+        **OPTIONS,
+    )
+    counts = prepared_length_counts(prepared)
+    assert np.array_equal(prepared_length_counts(larger), 3 * counts)
+    assert counts.size <= MAX_LENGTH + 1
+    rows = pair_rows(prepared_dataset(larger, "train", BatchingSettings(512, MAX_LENGTH)))
+    assert rows == collections.Counter(
+        {
+            row: 3 * n
+            for row, n in pair_rows(
+                prepared_dataset(prepared, "train", BatchingSettings(512, MAX_LENGTH))
+            ).items()
+        }
+    )
 
 
 def test_two_input_pipelines_see_each_kept_pair_once(prepared):
     def share(index):
         return pair_rows(
-            prepared_dataset(prepared, "train", 512, MAX_LENGTH, num_shards=2, shard_index=index)
+            prepared_dataset(
+                prepared,
+                "train",
+                BatchingSettings(512, MAX_LENGTH),
+                num_shards=2,
+                shard_index=index,
+            )
         )
 
     first, second = share(0), share(1)
     assert first and second
-    assert first + second == pair_rows(prepared_dataset(prepared, "train", 512, MAX_LENGTH))
+    assert first + second == pair_rows(
+        prepared_dataset(prepared, "train", BatchingSettings(512, MAX_LENGTH))
+    )
     with pytest.raises(CorpusError, match="6 shard file.*fewer than the 7 input pipelines"):
-        prepared_dataset(prepared, "train", 512, MAX_LENGTH, num_shards=7, shard_index=0)
+        prepared_dataset(
+            prepared, "train", BatchingSettings(512, MAX_LENGTH), num_shards=7, shard_index=0
+        )
 
 
 def test_shuffled_batches_repeat_with_a_seed_and_keep_every_pair(prepared):
     def batches(seed):
-        dataset = prepared_dataset(prepared, "train", 512, MAX_LENGTH, shuffle=True, seed=seed)
+        dataset = prepared_dataset(
+            prepared, "train", BatchingSettings(512, MAX_LENGTH, shuffle=True, seed=seed)
+        )
         return [batch[1].tolist() for batch in dataset.as_numpy_iterator()]
 
     assert batches(3) == batches(3)
-    shuffled = prepared_dataset(prepared, "train", 512, MAX_LENGTH, shuffle=True, seed=3)
-    assert pair_rows(shuffled) == pair_rows(prepared_dataset(prepared, "train", 512, MAX_LENGTH))
+    shuffled = prepared_dataset(
+        prepared, "train", BatchingSettings(512, MAX_LENGTH, shuffle=True, seed=3)
+    )
+    assert pair_rows(shuffled) == pair_rows(
+        prepared_dataset(prepared, "train", BatchingSettings(512, MAX_LENGTH))
+    )
 
 
 def test_fitted_buckets_and_padded_batches_give_fixed_shapes(prepared):
-    boundaries = fitted_bucket_boundaries(prepared_pair_lengths(prepared), 3, MAX_LENGTH)
+    boundaries = fitted_bucket_boundaries(prepared_length_counts(prepared), 3, MAX_LENGTH)
     dataset = prepared_dataset(
-        prepared, "validation", 512, MAX_LENGTH, boundaries=boundaries, pad_batches=True
+        prepared,
+        "validation",
+        BatchingSettings(512, MAX_LENGTH, boundaries=boundaries, pad_batches=True),
     )
     shapes = {batch[1].shape for batch in dataset.as_numpy_iterator()}
     assert {width for _, width in shapes} <= {boundary - 1 for boundary in boundaries}
@@ -187,7 +233,7 @@ def test_fitted_buckets_and_padded_batches_give_fixed_shapes(prepared):
 
 def test_an_unknown_split_is_named(prepared):
     with pytest.raises(CorpusError, match="no split 'dev'.*'test', 'train', 'validation'"):
-        prepared_dataset(prepared, "dev", 512, MAX_LENGTH)
+        prepared_dataset(prepared, "dev", BatchingSettings(512, MAX_LENGTH))
 
 
 # Reruns.
@@ -377,8 +423,12 @@ def test_a_tsv_corpus_prepares_as_the_same_pairs_in_text_files(prepared, invente
     for split in ("train", "validation"):
         for key in ("pairs_read", "pairs_kept", "dropped", "lengths"):
             assert manifest["splits"][split][key] == text["splits"][split][key]
-        rows = pair_rows(prepared_dataset(tmp_path / "tsv", split, 512, MAX_LENGTH))
-        assert rows == pair_rows(prepared_dataset(prepared, split, 512, MAX_LENGTH))
+        rows = pair_rows(
+            prepared_dataset(tmp_path / "tsv", split, BatchingSettings(512, MAX_LENGTH))
+        )
+        assert rows == pair_rows(
+            prepared_dataset(prepared, split, BatchingSettings(512, MAX_LENGTH))
+        )
 
 
 class InventedTranslation(tfds.core.GeneratorBasedBuilder):
@@ -417,7 +467,9 @@ def test_a_tfds_dataset_prepares_its_supervised_direction(tmp_path):
     assert train["dropped"] == {"empty": EMPTY_PAIRS, "too_long": LONG_PAIRS}
     tokenizer = SubwordTokenizer(tmp_path / "out" / "subwords.model")
     decoded = collections.Counter()
-    for (source, _), target in prepared_dataset(tmp_path / "out", "train", 512, MAX_LENGTH):
+    for (source, _), target in prepared_dataset(
+        tmp_path / "out", "train", BatchingSettings(512, MAX_LENGTH)
+    ):
         sides = tokenizer.detokenize(source).numpy(), tokenizer.detokenize(target).numpy()
         decoded.update(zip(*sides, strict=True))
     flipped = collections.Counter((yy.encode(), xx.encode()) for xx, yy in TRAIN)
@@ -462,7 +514,9 @@ def test_other_vocabularies_learned_on_a_sample(tmp_path, invented, kind, lowerc
     tokenizer = SubwordTokenizer(tmp_path / "out" / vocabulary["file"])
     assert tokenizer.lowercase == lowercase
     for split in files:
-        rows = pair_rows(prepared_dataset(tmp_path / "out", split, 512, MAX_LENGTH))
+        rows = pair_rows(
+            prepared_dataset(tmp_path / "out", split, BatchingSettings(512, MAX_LENGTH))
+        )
         assert rows == trainer_rows(files[split], tokenizer)
 
 
@@ -490,7 +544,7 @@ def test_a_given_vocabulary_is_adopted_as_it_is(prepared, prepared_tokenizer, in
     assert manifest["options"]["subwords"]["sha256"] == manifest["vocabulary"]["sha256"]
     assert manifest["vocabulary"]["entries"] == prepared_tokenizer.vocab_size
     for split in files:
-        rows = pair_rows(prepared_dataset(output, split, 512, MAX_LENGTH))
+        rows = pair_rows(prepared_dataset(output, split, BatchingSettings(512, MAX_LENGTH)))
         assert rows == trainer_rows(files[split], prepared_tokenizer)
     before = modification_times(output)
     prepare(output, TextPairs(files, ("xx", "yy")), subwords=given, **OPTIONS)  # a no-op
@@ -544,7 +598,7 @@ def test_a_missing_truncated_or_changed_shard_is_named(prepared, tmp_path, damag
         read_manifest(copy, verify_checksums=damage == "changed")
     if damage != "changed":  # reading checks sizes, and any split's reader names the shard
         with pytest.raises(CorpusError, match=message):
-            prepared_dataset(copy, "validation", 512, MAX_LENGTH)
+            prepared_dataset(copy, "validation", BatchingSettings(512, MAX_LENGTH))
 
 
 # The command line.

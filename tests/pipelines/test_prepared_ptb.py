@@ -8,6 +8,7 @@ import pytest
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.data import prepared_shards, text_files
 from keras_transformer.training.trainer import TrainingRun
+from pipelines.batching import BatchingSettings
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepare import TextPairs, corpus_description, prepare
 from pipelines.prepared import prepared_dataset, read_manifest
@@ -64,7 +65,7 @@ def test_prepare_learns_the_word_vocabulary_of_the_text_path(ptb):
 def test_epochs_buckets_and_evaluation_text_are_the_text_paths(ptb):
     _, data, _ = ptb
     text, shards = data["text"], data["prepared"]
-    assert np.array_equal(np.sort(text.kept_lengths), np.sort(shards.kept_lengths))
+    assert np.array_equal(text.length_counts, shards.length_counts)
     for split in ("validation", "test"):
         assert read_aligned_lines(*shards.text_files[split]) == read_aligned_lines(
             *text.text_files[split]
@@ -78,9 +79,13 @@ def test_every_split_streams_the_batches_of_the_text_path(ptb, split):
     max_length = CONFIG.max_length
     text = data["text"].text_files[split]
     from_text = make_translation_dataset(
-        *text, data["text"].tokenizer, BATCH_TOKENS, max_length, shuffle=False, deterministic=True
+        *text,
+        data["text"].tokenizer,
+        BatchingSettings(BATCH_TOKENS, max_length, deterministic=True),
     )
-    from_shards = prepared_dataset(prepared, split, BATCH_TOKENS, max_length, deterministic=True)
+    from_shards = prepared_dataset(
+        prepared, split, BatchingSettings(BATCH_TOKENS, max_length, deterministic=True)
+    )
     assert from_shards.element_spec == from_text.element_spec
     assert batches(from_shards) == batches(from_text)
     if split != "train":  # as the trainer reads them for the validation loss

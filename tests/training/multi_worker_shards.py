@@ -13,6 +13,7 @@ import sys
 
 import tensorflow as tf
 
+from pipelines.batching import BatchingSettings
 from pipelines.prepared import prepared_dataset
 
 
@@ -31,11 +32,7 @@ def main(directory, output, batch_tokens, max_length):
         return prepared_dataset(
             directory,
             "train",
-            batch_tokens,
-            max_length,
-            shuffle=True,
-            seed=7,
-            repeat=False,
+            BatchingSettings(batch_tokens, max_length, shuffle=True, seed=7, repeat=False),
             num_shards=context.num_input_pipelines,
             shard_index=context.input_pipeline_id,
         )

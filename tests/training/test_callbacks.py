@@ -90,3 +90,33 @@ def test_an_epoch_cut_short_by_a_batch_is_not_counted_for_patience():
     stop.set_model(SimpleNamespace(stop_training=True))  # --max-minutes stopped it mid-epoch
     stop.on_epoch_end(3, {"val_loss": 2.5})  # the rerun trains epoch 3 again
     assert stop.stale_epochs == 0 and not stop.plateaued
+
+
+def test_progress_log_gives_the_recent_rate_and_the_time_left(caplog):
+    from keras_transformer.training.callbacks import ProgressLog
+
+    now = [100.0]
+    progress = ProgressLog(every_steps=10, max_steps=100, clock=lambda: now[0])
+    step = [0]
+    iterations = SimpleNamespace(numpy=lambda: step[0])
+    progress.set_model(SimpleNamespace(optimizer=SimpleNamespace(iterations=iterations)))
+    progress.on_train_begin()
+    caplog.set_level("INFO", logger="keras_transformer.training.callbacks")
+    # A slow first stretch (compilation), then 5 updates a second.
+    for step[0], seconds in ((10, 40.0), (20, 2.0)):
+        now[0] += seconds
+        progress.on_train_batch_end(step[0], {"loss": 3.25, "target_tokens_per_s": 4200.0})
+    first, second = (record.getMessage() for record in caplog.records)
+    assert first.startswith("step 10/100 (10%), loss 3.250, 0.25 updates/s, 4,200 tokens/s")
+    assert first.endswith("ETA 6m00s")  # 90 steps at 0.25 a second
+    assert second == "step 20/100 (20%), loss 3.250, 5.00 updates/s, 4,200 tokens/s, ETA 16s"
+
+
+def test_progress_log_counts_down_a_time_budget_first():
+    from keras_transformer.training.callbacks import ProgressLog, duration
+
+    progress = ProgressLog(every_steps=1, max_steps=1000, max_minutes=2, clock=lambda: 0.0)
+    progress._start = 0.0
+    assert progress.seconds_left(step=10, rate=1.0, now=30.0) == 90.0  # the budget, not 990 s
+    assert ProgressLog(1, clock=lambda: 0.0).seconds_left(10, 1.0, 30.0) is None
+    assert [duration(s) for s in (3725, 285, 9.4)] == ["1h02m05s", "4m45s", "9s"]

@@ -17,6 +17,7 @@ import pytest
 from test_multi_worker import free_ports
 
 from invented_language import invented_pairs, write_pairs
+from pipelines.batching import BatchingSettings
 from pipelines.prepare import TextPairs, prepare
 from pipelines.prepared import prepared_dataset, read_manifest
 from repo_paths import REPO_ROOT
@@ -90,8 +91,7 @@ def read_rows(directory, num_shards=1, shard_index=0) -> collections.Counter:
         prepared_dataset(
             directory,
             "train",
-            BATCH_TOKENS,
-            MAX_LENGTH,
+            BatchingSettings(BATCH_TOKENS, MAX_LENGTH),
             num_shards=num_shards,
             shard_index=shard_index,
         )
