@@ -95,7 +95,7 @@ def _options(field, annotation, default) -> dict:
         options["required"] = True
     else:
         options["default"] = default
-        if default not in (None, False, ()):
+        if default is not None and default is not False:  # 0 is a default worth saying
             options["help"] += " (default: %(default)s)"
     for key in ("choices", "metavar"):
         if key in metadata:
