@@ -9,6 +9,7 @@ After changing a flag, regenerate them and review the difference:
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -22,11 +23,11 @@ REGENERATE = ".venv/bin/python tests/cli/test_help.py"
 
 def help_texts() -> dict[str, str]:
     """{"keras-transformer": the top-level help, COMMAND: its help}, at a fixed width."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal's width
     parser = build_parser()
     (commands,) = [a for a in parser._actions if a.dest == "command"]
-    texts = {"keras-transformer": parser.format_help()}
-    texts.update({name: command.format_help() for name, command in commands.choices.items()})
+    with mock.patch.dict(os.environ, COLUMNS="100"):  # argparse wraps to the terminal's width
+        texts = {"keras-transformer": parser.format_help()}
+        texts.update({name: command.format_help() for name, command in commands.choices.items()})
     return texts
 
 
