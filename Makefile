@@ -252,5 +252,5 @@ test-fast: check-imports
 	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not slow"
 
 lint: install
-	$(VENV)/bin/ruff check keras_transformer pipelines tests benchmarks examples
-	$(VENV)/bin/ruff format --check keras_transformer pipelines tests benchmarks examples
+	$(VENV)/bin/ruff check keras_transformer pipelines durable_files tests benchmarks examples
+	$(VENV)/bin/ruff format --check keras_transformer pipelines durable_files tests benchmarks examples

@@ -53,7 +53,6 @@ sys.path[:] = [
 ]
 ENGINES = ("keras", "keras-xla", "saved-model", "ct2-float32", "ct2-int8")
 BATCH_SIZES = (1, 16, 64)
-BEAM_SIZE, ALPHA, EXTRA_LENGTH = 4, 0.6, 50  # §6.1, keras_transformer.decoding.search.SEARCH
 RESULT_TAG = "CTRANSLATE2_RESULT "
 # A run's files (keras_transformer.run_directory's names; not imported here, since the package
 # loads TensorFlow, which would swell CTranslate2's memory figures).
@@ -275,13 +274,14 @@ def tensorflow_threads(threads):
 def keras_engine(args, subwords, max_length):
     padded_width = tensorflow_threads(args.threads)
     from keras_transformer.decoding.translator import load_run
+    from keras_transformer.search_settings import SearchSettings
 
     translator = load_run(args.model, jit_compile=args.engine == "keras-xla")
     args.weights = translator.weights_path
 
     def translate(sentences, batch):
         return translator.translate(
-            sentences, BEAM_SIZE, ALPHA, EXTRA_LENGTH, batch_sentences=batch, progress=False
+            sentences, SearchSettings(), batch_sentences=batch, progress=False
         )
 
     return translate, padded_width
@@ -308,6 +308,9 @@ def saved_model_engine(args, subwords, max_length):
 def ct2_engine(args, subwords, max_length):
     import ctranslate2
 
+    from keras_transformer.search_settings import SearchSettings
+
+    search = SearchSettings()  # §6.1's, as our engines search
     engine = ctranslate2.Translator(
         str(args.path), device="cpu", inter_threads=1, intra_threads=args.threads
     )
@@ -317,11 +320,11 @@ def ct2_engine(args, subwords, max_length):
         results = engine.translate_batch(
             pieces,
             max_batch_size=batch,
-            beam_size=BEAM_SIZE,
-            length_penalty=ALPHA,
+            beam_size=search.beam_size,
+            length_penalty=search.alpha,
             max_input_length=max_length,  # our Translator truncates there too
             # One limit per call: the longest source + 50, at most the positions there are.
-            max_decoding_length=min(max(map(len, pieces)) + 1 + EXTRA_LENGTH, max_length),
+            max_decoding_length=min(max(map(len, pieces)) + 1 + search.extra_length, max_length),
             min_decoding_length=0,
         )
         return subwords.decode([result.hypotheses[0] for result in results])
@@ -388,6 +391,7 @@ def profile(args):
 
     from keras_transformer.decoding.search import max_decode_length
     from keras_transformer.decoding.translator import load_run, pad_to_bucket
+    from keras_transformer.search_settings import SearchSettings
 
     translator = load_run(args.model)
     max_length = translator.model.config.max_length
@@ -395,20 +399,21 @@ def profile(args):
     batches = length_sorted_batches(sentences, args.profile, sentencepiece_of(args))
     batch = [sentences[i] for i in batches[len(batches) // 2]]
     source_ids = pad_to_bucket(translator.encode_sentences(batch), limit=max_length)
-    steps, compacted_rows, target_ids = loop_steps(translator, source_ids)
+    search = SearchSettings()
+    steps, compacted_rows, target_ids = loop_steps(translator, source_ids, search)
     needed = [len(until_eos(row)) for row in target_ids.numpy().tolist()]
     summary = {
         "sentences": len(batch),
         "source_width": source_ids.shape[1],
         "cache_positions": max_decode_length(
-            translator.model, tf.constant(source_ids), EXTRA_LENGTH
+            translator.model, tf.constant(source_ids), search.extra_length
         ),
         "loop_steps": steps,
         "longest_output": max(needed),
         "mean_output": round(statistics.mean(needed), 1),
-        "hypothesis_steps_run": steps * len(batch) * BEAM_SIZE,
+        "hypothesis_steps_run": steps * len(batch) * search.beam_size,
         "hypothesis_steps_compacted": compacted_rows,
-        "hypothesis_steps_needed": sum(needed) * BEAM_SIZE,
+        "hypothesis_steps_needed": sum(needed) * search.beam_size,
     }
     print(json.dumps(summary))
     for engine, jit_compile in (("keras", False), ("keras-xla", True)):
@@ -456,35 +461,22 @@ def sentencepiece_of(args):
     return sentencepiece.SentencePieceProcessor(model_file=str(args.model / SUBWORDS))
 
 
-def loop_steps(translator, source_ids):
+def loop_steps(translator, source_ids, search):
     """The steps our beam search's loop runs on `source_ids` (one slice, no XLA, the whole
-    batch until its last sentence is done) and the hypothesis rows the search computes when
-    sentences leave the batch as they finish (`Translator` without XLA), each counted by a
-    variable every decoder step adds to; and the best target ids."""
+    batch until its last sentence is done, `BeamSearchResult.steps`), the hypothesis-steps the
+    search computes when sentences leave the batch as they finish (`Translator` without XLA,
+    its `hypothesis_steps`), and the best target ids."""
     import tensorflow as tf
 
     from keras_transformer.decoding.search import beam_decode
     from keras_transformer.decoding.translator import Translator
 
     model = translator.model
-    steps, rows = tf.Variable(0), tf.Variable(0)
-    decode_step = model.decode_step
-
-    def counted(token_ids, *args):
-        steps.assign_add(1)
-        rows.assign_add(tf.shape(token_ids)[0])
-        return decode_step(token_ids, *args)
-
-    model.decode_step = counted
-    try:
-        tf.function(beam_decode)(model, tf.constant(source_ids))
-        whole_batch_steps = int(steps.numpy())
-        rows.assign(0)
-        plain = Translator(model, translator.tokenizer, slices=1)
-        target_ids, _ = plain.decode_ids(source_ids)
-    finally:
-        del model.decode_step  # the class's method again
-    return whole_batch_steps, int(rows.numpy()), target_ids
+    values = search.beam_size, search.alpha, search.extra_length
+    whole_batch = tf.function(beam_decode)(model, tf.constant(source_ids), *values)
+    plain = Translator(model, translator.tokenizer, slices=1)
+    target_ids, _ = plain.decode_ids(source_ids, search)
+    return int(whole_batch.steps[0]), plain.hypothesis_steps, target_ids
 
 
 def until_eos(ids):

@@ -22,6 +22,7 @@ holds the contract):
     layers          one Keras layer per concept of §3
     config          `TransformerConfig` and its presets
     runtime         Keras's backend, TensorFlow/XLA process settings, applied by the CLI
+    keras_internals every private Keras/TensorFlow API used, and why; a test checks them
 
 Importing the package has no side effects and loads no framework: the names below are imported
 on first use.

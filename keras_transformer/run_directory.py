@@ -21,14 +21,13 @@ directory, and every worker resumes from its backup. `prepare` creates the direc
 that a rerun is a resume of the same run; `run_weights` says which weights a run offers;
 `save_weights_atomically` writes every weights file so that a killed process never leaves a
 truncated one, and never non-finite weights (`DivergenceError`); every file is written through
-`pipelines.corpus.write_atomically`. `trainer_lock` admits one trainer per run directory, and
+`durable_files.write_atomically`. `trainer_lock` admits one trainer per run directory, and
 `check_same_data_files` refuses a resume on training files other than the run's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import os
@@ -39,9 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from durable_files import hold_lock, write_atomically
+from keras_transformer import keras_internals
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
 from keras_transformer.errors import KerasTransformerError
-from pipelines.corpus import hold_lock, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -317,21 +317,8 @@ def save_weights_atomically(model, path) -> None:
     written (`DivergenceError`): they would replace the last good ones.
     """
     check_finite_weights(model, path)
-    data = weights_file_bytes(model)
+    data = keras_internals.weights_file_bytes(model)
     write_atomically(path, lambda partial: partial.write_bytes(data))
-
-
-def weights_file_bytes(model) -> bytes:
-    """The bytes of the .weights.h5 file `model.save_weights` writes (model and optimizer)."""
-    from keras.src.saving import saving_lib  # save_weights' own writer, here to memory
-
-    buffer = io.BytesIO()
-    store = saving_lib.H5IOStore(buffer, mode="w")
-    saving_lib._save_state(
-        model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
-    )
-    store.close()
-    return buffer.getvalue()
 
 
 def check_finite_weights(model, path):

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import warnings
 
+from keras_transformer import keras_internals
+
 BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
 BACKEND_VARIABLE = "KERAS_BACKEND"
 BACKENDS = ("tensorflow", "jax")
@@ -111,16 +113,8 @@ def reuse_freed_memory() -> None:
     if BFC_VARIABLE in os.environ:
         return
     os.environ[BFC_VARIABLE] = "true"
-    if "tensorflow" in sys.modules and _tensorflow_initialized():
+    if "tensorflow" in sys.modules and keras_internals.tensorflow_initialized():
         warnings.warn(TOO_LATE, RuntimeWarning, stacklevel=2)
-
-
-def _tensorflow_initialized() -> bool:
-    # The eager context creates the CPU device, and with it the allocator, when it initializes;
-    # TensorFlow has no public way to ask whether that has happened.
-    from tensorflow.python.eager import context
-
-    return context.context()._initialized
 
 
 def prefer_wide_vectors(bits: int = 512) -> None:

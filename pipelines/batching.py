@@ -131,13 +131,24 @@ def length_counts(lengths) -> np.ndarray:
 
 def full_batches_per_pass(counts, batch_tokens, max_length, boundaries=None):
     """How many full batches (`bucket_by_token_budget` on repeated data) carry one pass over
-    pairs of these bucketing lengths (`counts[length]`, as `length_counts` gives them): each
-    bucket's pairs over its batch size, summed, rounded up. Fewer than a finite pass's batches,
-    whose every bucket ends in a smaller one; and the same whatever the order of the pairs.
+    pairs of these bucketing lengths (`counts[length]`, as `length_counts` gives them):
+    `batches_per_pass`, rounded up. Fewer than a finite pass's batches, whose every bucket ends in
+    a smaller one; and the same whatever the order of the pairs.
 
     Example (batches of 8 pairs up to length 4, of 2 pairs up to 16; a finite pass makes 1 + 2):
     >>> full_batches_per_pass(length_counts([3, 3, 3, 9, 9, 9]), 32, 16, boundaries=[5, 17])
     2
+    """
+    return math.ceil(batches_per_pass(counts, batch_tokens, max_length, boundaries))
+
+
+def batches_per_pass(counts, batch_tokens, max_length, boundaries=None) -> Fraction:
+    """The full batches of one pass over pairs of these bucketing lengths (`counts[length]`),
+    exactly: each bucket's pairs over its batch size, summed. Input pipelines that share the
+    pairs equally carry their share of it each.
+
+    >>> batches_per_pass(length_counts([3, 3, 3, 9, 9, 9]), 32, 16, boundaries=[5, 17])
+    Fraction(15, 8)
     """
     boundaries = boundaries or bucket_boundaries(max_length)
     sizes = bucket_batch_sizes(boundaries, batch_tokens)
@@ -147,7 +158,7 @@ def full_batches_per_pass(counts, batch_tokens, max_length, boundaries=None):
     np.add.at(pairs, buckets, counts)
     # Exact fractions: a float sum of 1/size per pair can land just above a whole number of
     # batches and round up to one batch too many.
-    return math.ceil(sum(Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)))
+    return sum((Fraction(int(n), size) for n, size in zip(pairs, sizes, strict=True)), Fraction())
 
 
 def fitted_bucket_boundaries(counts, num_buckets, max_length):

@@ -3,15 +3,11 @@
 Reading validates what a silent pipeline would get wrong: files of different lengths (an error
 naming both files and counts), bytes that are not UTF-8 (an error naming file and line), missing
 files (an error with the path). Empty lines are dropped, counted and logged, never silently.
-Files the project writes (vocabularies, checkpoints, run records) go through `write_atomically`.
 """
 
-import contextlib
 import dataclasses
-import errno
 import gzip
 import logging
-import os
 import zlib
 from pathlib import Path
 
@@ -34,75 +30,6 @@ class ParallelCorpus:
 
     def __len__(self):
         return len(self.source)
-
-
-def write_atomically(path, write) -> None:
-    """Calls `write(sibling_path)`, flushes that file to the disk, renames it over `path` (atomic
-    on POSIX), then flushes the directory entry: a run killed mid-write, or a machine that loses
-    power, leaves the old file or none, never a truncated one that a resume would load.
-
-    A write that fails (a full disk, a file-size limit, an I/O error) removes the sibling and
-    raises `WriteError`, naming `path`, with the old file left as it was.
-    """
-    path = Path(path)
-    partial = path.with_name(f"partial-{path.name}")  # keeps the suffix Keras checks
-    try:
-        write(partial)
-        sync_to_disk(partial)
-        os.replace(partial, path)
-        sync_to_disk(path.parent)
-    except BaseException as error:
-        partial.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise write_error(path, error) from error
-        raise
-
-
-class WriteError(RuntimeError):
-    """A file could not be written (disk full, file too large, I/O error); the message names it
-    and says that nothing older was replaced."""
-
-
-def write_error(path, error: Exception) -> WriteError:
-    """The `WriteError` of `error` (an `OSError`, or a library's error), raised while writing
-    `path`."""
-    number = getattr(error, "errno", None)
-    reason = os.strerror(number) if number else str(error).splitlines()[0]
-    code = errno.errorcode.get(number, "")
-    return WriteError(
-        f"cannot write {path}: {reason}{f' ({code})' if code else ''}; what it held before is "
-        "unchanged: free space (or raise the limit) and rerun"
-    )
-
-
-def sync_to_disk(path) -> None:
-    """fsync of a file or a directory (its entries: a rename in it), so that they outlive a
-    crash of the machine."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    except OSError as error:
-        if error.errno != errno.EINVAL:  # a file system that cannot sync directories
-            raise
-    finally:
-        os.close(descriptor)
-
-
-@contextlib.contextmanager
-def hold_lock(path, blocking=True):
-    """An advisory lock (`fcntl.flock`) on `path`, a directory or a file (created if need be),
-    held while the block runs; yields its descriptor (a file's opened to read and write). The
-    system releases it when the process ends, however it ends. Not `blocking`: raises
-    `BlockingIOError` at once while another process holds it."""
-    import fcntl
-
-    flags = os.O_RDONLY if Path(path).is_dir() else os.O_RDWR | os.O_CREAT
-    descriptor = os.open(path, flags, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        yield descriptor
-    finally:
-        os.close(descriptor)
 
 
 def iter_lines(path):

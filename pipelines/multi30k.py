@@ -15,7 +15,8 @@ from pathlib import Path
 
 import tensorflow_datasets as tfds
 
-from pipelines.corpus import CorpusError, read_parallel_corpus, write_atomically
+from durable_files import write_atomically
+from pipelines.corpus import CorpusError, read_parallel_corpus
 
 logger = logging.getLogger(__name__)
 

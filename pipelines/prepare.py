@@ -43,7 +43,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tqdm.auto import tqdm
 
-from pipelines.corpus import CorpusError, iter_lines, write_atomically
+from durable_files import write_atomically
+from pipelines.corpus import CorpusError, iter_lines
 from pipelines.prepared import (
     FORMAT,
     FORMAT_VERSION,

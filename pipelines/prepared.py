@@ -16,7 +16,10 @@ so that `add_boundary_tokens(source[:-1], target[:-1])` gives the model's elemen
 `((source, [BOS] + target[:-1]), target)`, as `make_translation_dataset` does from text. A pair's
 bucketing length (`pipelines.batching.pair_lengths_of_chunk`) is `max(len(source), len(target))`.
 Pair i of a split (in input order, dropped pairs counted) is in shard `i mod n`, so every shard
-samples the whole corpus.
+samples the whole corpus. Several input pipelines (workers) share a split by pairs, not by
+files: each reads every shard file and parses only every k-th pair, so that their shares are
+equal to a pair (before a `max_length` below the prepared one drops some), and an epoch of the
+same number of steps on each reads every pair once.
 
 `manifest.json` (format version 1):
 
@@ -260,21 +263,28 @@ def _parse_pairs(records):
     return add_boundary_tokens(source, target)
 
 
-def _check_pipeline_share(directory, split, shards, num_shards, shard_index) -> int:
-    """The number of shard files this input pipeline reads; refuses a share that holds no pair,
-    which a repeated dataset would wait on for ever."""
-    if num_shards > len(shards):
+def _check_pipeline_share(directory, split, entry, num_shards):
+    """Refuses a split with fewer pairs than input pipelines: a share that holds no pair would
+    keep a repeated dataset waiting for ever."""
+    if entry["pairs_kept"] < num_shards:
         raise CorpusError(
-            f"{directory}: split {split} has {len(shards)} shard file(s), fewer than the "
-            f"{num_shards} input pipelines that read it: prepare it with a smaller shard_pairs"
+            f"{directory}: split {split} holds {entry['pairs_kept']} pair(s), fewer than the "
+            f"{num_shards} input pipelines that share it"
         )
-    own = shards[shard_index::num_shards]  # as Dataset.shard deals them
-    if not sum(shard["pairs"] for shard in own):
-        raise CorpusError(
-            f"{directory}: the shards of split {split} for input pipeline {shard_index} of "
-            f"{num_shards} hold no pair"
-        )
-    return len(own)
+
+
+def _pipeline_share(num_shards, shard_index):
+    """The records of a shard file that are this input pipeline's, from `(file, offset)`
+    elements, `offset` the pairs of the files before it: the pair at position p is the split's
+    pair `offset + p`, this pipeline's when that is `shard_index` modulo `num_shards`. Records
+    are skipped before they are parsed."""
+
+    def records(file, offset):
+        numbered = tf.data.TFRecordDataset(file).enumerate(start=offset)
+        own = numbered.filter(lambda pair, _: pair % num_shards == shard_index)
+        return own.map(lambda _, record: record)
+
+    return records
 
 
 def prepared_dataset(
@@ -292,10 +302,11 @@ def prepared_dataset(
         directory, split: a prepared directory (`pipelines.prepare`) and one of its splits.
         batching: the batches' `BatchingSettings`; pairs longer than its `max_length` are
             skipped (prepare dropped those over its own). Its shuffle shuffles the shard files
-            and, through a buffer of `shuffle_buffer` pairs, the pairs each pass.
-        num_shards, shard_index: this input pipeline's shard files (every num_shards-th, as
-            `tf.distribute.InputContext`'s num_input_pipelines and input_pipeline_id give);
-            there must be at least as many shard files as pipelines.
+            and, through a buffer of `shuffle_buffer` pairs, the pairs each pass; its repeat
+            comes after both shuffles.
+        num_shards, shard_index: this input pipeline's share of the pairs (every
+            num_shards-th, as `tf.distribute.InputContext`'s num_input_pipelines and
+            input_pipeline_id give): equal shares, each read from every shard file.
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -307,20 +318,28 @@ def prepared_dataset(
             directory,
             prepared_max_length,
         )
-    own_files = _check_pipeline_share(directory, split, entry["shards"], num_shards, shard_index)
+    _check_pipeline_share(directory, split, entry, num_shards)
     files = [str(directory / shard["file"]) for shard in entry["shards"]]
-    dataset = tf.data.Dataset.from_tensor_slices(files).shard(num_shards, shard_index)
+    offsets = np.cumsum([0] + [shard["pairs"] for shard in entry["shards"][:-1]])
+    dataset = tf.data.Dataset.from_tensor_slices((files, offsets.astype(np.int64)))
     if batching.shuffle:
-        dataset = dataset.shuffle(own_files, seed=batching.seed, reshuffle_each_iteration=True)
-    if batching.repeat:
-        dataset = dataset.repeat()
+        dataset = dataset.shuffle(len(files), seed=batching.seed, reshuffle_each_iteration=True)
+    read = (
+        _pipeline_share(num_shards, shard_index)
+        if num_shards > 1
+        else lambda file, _: tf.data.TFRecordDataset(file)
+    )
     dataset = dataset.interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=min(INTERLEAVED_FILES, own_files),
+        read,
+        cycle_length=min(INTERLEAVED_FILES, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     if batching.shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=batching.seed, reshuffle_each_iteration=True)
+    if batching.repeat:
+        # After the shuffles, so that each pass ends before the next begins: a buffer filled
+        # across the boundary would give some pairs of the next pass before the last of this.
+        dataset = dataset.repeat()
     dataset = dataset.batch(CHUNK_PAIRS).map(_parse_pairs, num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.apply(batching.bucketing())
     return dataset.with_options(batching.dataset_options()).prefetch(tf.data.AUTOTUNE)

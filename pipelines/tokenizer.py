@@ -32,7 +32,8 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from pipelines.corpus import CorpusError, read_lines, write_atomically
+from durable_files import write_atomically
+from pipelines.corpus import CorpusError, read_lines
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import grimp
 import pytest
 
 from repo_paths import REPO_ROOT
-from without_tensorflow import python_path
+from without_tensorflow import run_script
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return grimp.build_graph("keras_transformer", "pipelines")
+    return grimp.build_graph("keras_transformer", "pipelines", "durable_files")
 
 
 def test_the_import_contracts_hold():
@@ -101,12 +101,22 @@ print(keras.backend.backend(), "tensorflow" in sys.modules)
 
 
 def test_the_model_core_imports_on_jax_without_tensorflow():
-    result = subprocess.run(
-        [sys.executable, "-c", WITHOUT_TENSORFLOW],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=python_path()),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["jax", "False"]
+    assert run_script(WITHOUT_TENSORFLOW, KERAS_BACKEND="jax").split() == ["jax", "False"]
+
+
+# The file utilities and the pipelines' corpus reader, imported where importing TensorFlow (and
+# so tensorflow-text and TFDS, which import it) fails: importing them loads no framework.
+FILE_UTILITIES = """
+import sys
+from without_tensorflow import refuse_tensorflow
+
+refuse_tensorflow()
+import durable_files, pipelines, pipelines.corpus
+from durable_files import WriteError, hold_lock, sync_to_disk, write_atomically
+frameworks = ("tensorflow", "tensorflow_text", "tensorflow_datasets", "keras", "numpy")
+print(sorted(name for name in frameworks if name in sys.modules))
+"""
+
+
+def test_the_file_utilities_and_the_pipelines_package_import_without_tensorflow():
+    assert run_script(FILE_UTILITIES).split() == ["[]"]

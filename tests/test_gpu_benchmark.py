@@ -4,12 +4,8 @@ FLOP count is the model's own weight matrices' (6 FLOPs a weight and token: forw
 backward) plus attention's."""
 
 import json
-import os
-import subprocess
-import sys
 
-from repo_paths import REPO_ROOT
-from without_tensorflow import python_path
+from without_tensorflow import run_script
 
 SMOKE = """
 import json, runpy
@@ -30,16 +26,7 @@ print(json.dumps({"matrices": matrices, "flops": gpu["training_flops"](config, 3
 
 
 def test_the_gpu_benchmark_runs_on_cpu_jax_without_tensorflow():
-    result = subprocess.run(
-        [sys.executable, "-c", SMOKE],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, PYTHONPATH=python_path()),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    *rows, counts = result.stdout.strip().splitlines()
+    *rows, counts = run_script(SMOKE).strip().splitlines()
     assert [row.split()[:2] for row in rows] == [["tiny", "float32"], ["tiny", "bfloat16"]]
     for row in rows:
         assert "MFU n/a (unknown chip)" in row and "greedy decode" in row

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_files import WriteError
 from keras_transformer.analysis.evaluation import task
 from keras_transformer.cli import build_parser, commands, main
 from keras_transformer.config import ConfigError, TransformerConfig
@@ -22,7 +23,6 @@ from keras_transformer.run_directory import (
     trainer_lock,
 )
 from keras_transformer.training.trainer import TrainingRun
-from pipelines.corpus import WriteError
 from repo_paths import REPO_ROOT
 
 CONFIG = TransformerConfig.preset("tiny")

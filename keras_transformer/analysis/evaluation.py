@@ -30,6 +30,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
 from keras_transformer.errors import ConfigError
+from keras_transformer.search_settings import PARSING_SEARCH, SearchSettings
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Task:
     Attributes:
         name: "bleu" or "parsing"; names the validation records of a training run.
         score: `(sources, hypotheses, references) -> dict` of scores (floats are the metrics).
-        search: default `beam_size`, `alpha` and `extra_length` of the search.
+        search: the default `SearchSettings` of its search.
         summary: `scores -> str`, one line for people.
         primary: the score that ranks searches (`tune_alpha`): "bleu" or "f1".
         present: `(source, hypothesis) -> str`, a decoded string as `translate` prints it.
@@ -81,7 +82,7 @@ class Task:
 
     name: str
     score: Callable[[list[str], list[str], list[str]], dict]
-    search: dict
+    search: SearchSettings
     summary: Callable[[dict], str]
     primary: str
     present: Callable[[str, str], str] = lambda source, hypothesis: hypothesis
@@ -96,14 +97,13 @@ def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
         from keras_transformer.parsing import constituency as parsing
 
         return Task(
-            "parsing", parsing.parse_scores, parsing.SEARCH, parsing.summary, "f1", parsing.present
+            "parsing", parsing.parse_scores, PARSING_SEARCH, parsing.summary, "f1", parsing.present
         )
-    from keras_transformer.decoding.search import SEARCH
 
     def score(sources, hypotheses, references):
         return corpus_scores(hypotheses, references, target_language, lowercase)
 
-    return Task("bleu", score, SEARCH, bleu_summary, "bleu")
+    return Task("bleu", score, SearchSettings(), bleu_summary, "bleu")
 
 
 def run_task(run_dir) -> Task:
@@ -124,16 +124,17 @@ def bleu_summary(scores) -> str:
     )
 
 
-def file_stem(split, search, well_formed=False) -> str:
+def file_stem(split, search: SearchSettings, well_formed=False) -> str:
     """`val.beam4.alpha0.6`: the name of a split's hypotheses and scores under a search."""
-    beam_size = search.get("beam_size", 4)
-    stem = f"{split}.beam{beam_size}"
-    if beam_size > 1:  # the length penalty does not change a greedy search
-        stem += f".alpha{search.get('alpha', 0.6):g}"
+    stem = f"{split}.beam{search.beam_size}"
+    if search.beam_size > 1:  # the length penalty does not change a greedy search
+        stem += f".alpha{search.alpha:g}"
     return stem + (".well_formed" if well_formed else "")
 
 
-def evaluate_corpus(translator, source_path, target_path, output_dir, score, **search):
+def evaluate_corpus(
+    translator, source_path, target_path, output_dir, score, search=SearchSettings()
+):
     """Decodes a split, scores it, and writes `<stem>.hyp` and `<stem>.scores.json`.
 
     Args:
@@ -142,18 +143,18 @@ def evaluate_corpus(translator, source_path, target_path, output_dir, score, **s
         output_dir: where hypotheses and scores go; the file stem names split and search
             (`test.beam4.alpha0.6`), so runs with other searches never overwrite each other.
         score: `(sources, hypotheses, references) -> dict`, a `Task`'s.
-        search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
+        search: the `SearchSettings` of `Translator.translate`.
     """
     from pipelines.corpus import read_aligned_lines
 
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, **search)
+    hypotheses = translator.translate(sources, search)
     seconds = time.perf_counter() - start
     scores = score(sources, hypotheses, references)
     well_formed = translator.constraint is not None
     scores.update(
-        search,
+        dataclasses.asdict(search),
         source=str(source_path),
         decode_seconds=round(seconds, 2),
         well_formed_trees=well_formed,
@@ -172,16 +173,20 @@ def split_name(source_path) -> str:
 
 
 def tune_alpha(
-    translator, source_path, target_path, output_dir, task, alphas, **search
+    translator, source_path, target_path, output_dir, task, alphas, search=SearchSettings()
 ) -> tuple[float, dict]:
     """The α of `alphas` under which the (development) split scores best by `task.primary`,
     and that α's scores.
 
     Each α's hypotheses and scores go to `output_dir` as `evaluate_corpus` writes them, and the
     comparison to `<split>.beam<k>.alpha_tuning.json`; a tie goes to the α listed first.
+    `search` gives the rest of the search (its own α aside). The `Translator` takes α as a
+    tensor, so its search is traced once for all of them.
     """
-    if search.get("beam_size", 1) < 2:
-        raise ConfigError("tuning alpha needs a beam search: beam_size 2 or more")
+    if search.beam_size < 2:
+        raise ConfigError(
+            f"tuning alpha needs a beam search: beam_size {search.beam_size} must be 2 or more"
+        )
     results = {}
     for alpha in alphas:
         results[alpha] = evaluate_corpus(
@@ -190,7 +195,7 @@ def tune_alpha(
             target_path,
             output_dir,
             task.score,
-            **{**search, "alpha": alpha},
+            search.replace(alpha=alpha),
         )
         logger.info("α %g: %s", alpha, task.summary(results[alpha]))
     scores = {alpha: result[task.primary] for alpha, result in results.items()}
@@ -202,6 +207,6 @@ def tune_alpha(
         "scores": {f"{alpha:g}": score for alpha, score in scores.items()},
         "chosen_alpha": chosen,
     }
-    path = Path(output_dir) / f"{split}.beam{search['beam_size']}.alpha_tuning.json"
+    path = Path(output_dir) / f"{split}.beam{search.beam_size}.alpha_tuning.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
     return chosen, results[chosen]

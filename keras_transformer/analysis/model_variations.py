@@ -21,8 +21,8 @@ from pathlib import Path
 from keras_transformer.analysis.evaluation import file_stem
 from keras_transformer.analysis.learning_curve import metric_series, plt, save_figure
 from keras_transformer.config import TABLE3_CHANGES, TABLE3_PAPER
-from keras_transformer.decoding.search import SEARCH
 from keras_transformer.run_directory import CheckpointError, read_metrics
+from keras_transformer.search_settings import SearchSettings
 
 # The rows the recipe is varied by: heads (A), depth (C), regularization (D), positions (E).
 SCALED_ROWS = ("A-h1", "C-N2", "D-drop0.0", "D-ls0.0", "E-learned")
@@ -30,7 +30,7 @@ SCALED_ROWS = ("A-h1", "C-N2", "D-drop0.0", "D-ls0.0", "E-learned")
 RECIPE = "recipe"
 # §6.2: beam search as in §6.1 (beam 4, α 0.6), on the final weights, not an average; of the
 # validation split, as a run on prepared data names it (its text file is validation.source.txt).
-SCORES = Path("eval", "model", file_stem("validation", SEARCH) + ".scores.json")
+SCORES = Path("eval", "model", file_stem("validation", SearchSettings()) + ".scores.json")
 
 
 @dataclasses.dataclass(frozen=True)

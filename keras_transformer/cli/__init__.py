@@ -3,9 +3,9 @@
 Each setting's flag is generated from its field in a settings dataclass (`cli.arguments`):
 `TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`, and the
 server's `BatchingParameters` and `Limits`. Flags several commands share are declared once, on
-parent parsers. What each command does is in `cli.commands`. Every error in what the user gave (a
-`KerasTransformerError`, or the data pipelines' `CorpusError` and `WriteError`) ends the command
-with one line and exit code 2.
+parent parsers. What each command does is in `cli.commands`. Every error in what the user gave
+(a `KerasTransformerError`, the data pipelines' `CorpusError`, `durable_files.WriteError`) ends
+the command with one line and exit code 2.
 
 Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it with
 `.venv/bin/python tests/cli/test_help.py`.
@@ -306,7 +306,8 @@ def _curve(parser):
 def _one_line_errors():
     """Errors in what the user gave (options, data, checkpoints), whose message says it all:
     this package's, and the data pipelines' (which cannot import it)."""
-    from pipelines.corpus import CorpusError, WriteError
+    from durable_files import WriteError
+    from pipelines.corpus import CorpusError
 
     return (KerasTransformerError, CorpusError, WriteError)
 

@@ -110,16 +110,7 @@ def task_and_search(args):
 def searched(task, args) -> SearchSettings:
     """The task's search, changed by the search flags given: the one place a command's
     `SearchSettings` is built."""
-    return SearchSettings(**task.search).replace(**fields_of(args, SearchSettings))
-
-
-def search_arguments(search: SearchSettings) -> dict:
-    """`search` as the decoding, evaluation, distillation and export APIs take it today."""
-    return {
-        "beam_size": search.beam_size,
-        "alpha": search.alpha,
-        "extra_length": search.extra_length,
-    }
+    return task.search.replace(**fields_of(args, SearchSettings))
 
 
 def load_translator(args, jit_compile=False):
@@ -138,12 +129,10 @@ def translate(args):
     translator = load_translator(args, args.jit_compile)
     lines = read_input(args.input)
     if args.n_best or args.scores or args.alignments:
-        n_best = translator.translate_n_best(
-            lines, search.n_best, alignments=args.alignments, **search_arguments(search)
-        )
+        n_best = translator.translate_n_best(lines, search, alignments=args.alignments)
         write_output(args.output, n_best_text(lines, n_best, task.present))
         return
-    translations = translator.translate(lines, **search_arguments(search))
+    translations = translator.translate(lines, search)
     text = "".join(task.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
     write_output(args.output, text)
 
@@ -156,9 +145,7 @@ def score(args):
     _, search = task_and_search(args)
     sources, targets = read_aligned_lines(args.source, args.target)
     translator = load_run(args.model, args.weights, ensemble=args.ensemble or ())
-    scored = translator.score(
-        sources, targets, search.alpha, args.alignments, target_name=args.target
-    )
+    scored = translator.score(sources, targets, search, args.alignments, target_name=args.target)
     write_output(args.output, n_best_text(sources, [[h] for h in scored]))
 
 
@@ -208,19 +195,16 @@ def evaluate(args):
     output = args.output or run_directory.evaluation_directory(
         args.model, translator.weights_path, args.ensemble or ()
     )
-    searched = search_arguments(search)
     if args.tune_alpha:
         alpha, tuned = tune_alpha(
-            translator, *files["validation"], output, task, args.tune_alpha, **searched
+            translator, *files["validation"], output, task, args.tune_alpha, search
         )
         search = search.replace(alpha=alpha)
         print(f"validation: length penalty α {alpha:g} of {args.tune_alpha} scores best")
     if args.tune_alpha and split == "validation":
         scores = tuned  # decoded at the chosen α already
     else:
-        scores = evaluate_corpus(
-            translator, *files[split], output, task.score, **search_arguments(search)
-        )
+        scores = evaluate_corpus(translator, *files[split], output, task.score, search)
     languages = f"{run['source_language']}->{run['target_language']}"
     print(f"{split} {languages} beam {search.beam_size}: {task.summary(scores)}")
 
@@ -244,7 +228,7 @@ def distill(args):
         task.present,
         teachers,
         with_references=not args.translations_only,
-        **search_arguments(search),
+        search=search,
     )
     subwords = args.model / run_directory.SUBWORDS_FILE
     student = (
@@ -262,7 +246,7 @@ def export(args):
 
     options = ExportOptions(jit_compile=args.jit_compile, **fields_of(args, ExportOptions))
     _, search = task_and_search(args)
-    path = export_translator(load_translator(args), args.output, options, search_arguments(search))
+    path = export_translator(load_translator(args), args.output, options, search)
     print(f"exported {path}")
 
 

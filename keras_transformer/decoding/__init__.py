@@ -1,7 +1,7 @@
 """Decoding (§6.1): from source ids, or sentences, to translations.
 
-- `search`: greedy and beam decoding on the preallocated cache, and the paper's settings
-  (`SEARCH`: beam 4, α = 0.6, input length + 50).
+- `search`: greedy and beam decoding on the preallocated cache; their settings travel as one
+  `search_settings.SearchSettings` (§6.1's: beam 4, α = 0.6, input length + 50).
 - `beam_search`: the beam search itself, with its length penalty and early termination.
 - `ensemble`: several models decoding as one.
 - `forced`: forced decoding (scores of given translations) and word alignments.

@@ -105,12 +105,15 @@ class BeamSearchResult(NamedTuple):
     scores: float32 `[batch, beam]`, log P(Y) / lp(Y).
     log_probs: float32 `[batch, beam]`, log P(Y).
     lengths: int32 `[batch, beam]`, |Y|, EOS included.
+    steps: int32 `[batch]`, the steps the search ran the sentence for: each computed its
+        `beam` hypotheses, so the sentence cost `steps × beam` hypothesis-steps.
     """
 
     ids: tf.Tensor
     scores: tf.Tensor
     log_probs: tf.Tensor
     lengths: tf.Tensor
+    steps: tf.Tensor
 
 
 class Compacted(NamedTuple):
@@ -437,6 +440,7 @@ def _results_of(state: BeamSearchState) -> BeamSearchResult:
         scores=state.finished_scores,
         log_probs=state.finished_log_probs,
         lengths=state.finished_lengths,
+        steps=tf.fill(tf.shape(state.finished_scores)[:1], state.step),
     )
 
 

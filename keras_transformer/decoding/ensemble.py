@@ -14,7 +14,7 @@ Example:
 >>> from keras_transformer.decoding.search import beam_decode
 >>> config = TransformerConfig.preset("tiny")
 >>> ensemble = Ensemble([Transformer(config), Transformer(config.replace(num_layers=1))])
->>> tuple(beam_decode(ensemble, np.array([[5, 6, 7, 2]]), extra_length=3).ids.shape)
+>>> tuple(beam_decode(ensemble, np.array([[5, 6, 7, 2]]), 4, 0.6, extra_length=3).ids.shape)
 (1, 4, 7)
 """
 

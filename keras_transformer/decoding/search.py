@@ -9,11 +9,18 @@ cache saves and what the tests compare it against.
 The output budget follows §6.1: each sentence may generate up to its input length (source ids,
 EOS included) + `extra_length` tokens, never more than the model's `max_length`.
 
+These functions run inside a `tf.function` or a serving signature, so they take the search's
+values one by one, Python numbers or tensors (a signature's inputs); Python callers hold them
+in a `search_settings.SearchSettings` and pass its fields (`Translator` does).
+
 Example:
 >>> import numpy as np
 >>> from keras_transformer import Transformer, TransformerConfig
+>>> from keras_transformer.search_settings import SearchSettings
 >>> model = Transformer(TransformerConfig.preset("tiny"))
->>> result = beam_decode(model, np.array([[5, 6, 7, 2]]), beam_size=4, extra_length=3)
+>>> search = SearchSettings(beam_size=4, extra_length=3)
+>>> ids = np.array([[5, 6, 7, 2]])
+>>> result = beam_decode(model, ids, search.beam_size, search.alpha, search.extra_length)
 >>> tuple(result.ids.shape)  # [batch, beam, input length + extra]
 (1, 4, 7)
 """
@@ -35,11 +42,6 @@ from keras_transformer.decoding.ensemble import decoding_members, mean_distribut
 from keras_transformer.layers.decoder_layer import REORDERED_CACHE_AXES
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
-# §6.1: "maximum output length during inference to input length + 50".
-EXTRA_LENGTH = 50
-BEAM_SIZE = 4
-ALPHA = 0.6
-SEARCH = {"beam_size": BEAM_SIZE, "alpha": ALPHA, "extra_length": EXTRA_LENGTH}
 # Never generated: neither can follow in a sentence, and a PAD fed back would be masked by the
 # full decoder pass but not by the cache.
 NEVER_GENERATED = (PAD_ID, BOS_ID)
@@ -49,11 +51,13 @@ MIN_SLICE_ROWS = 8
 
 class GreedyResult(NamedTuple):
     """ids: int32 `[batch, max_decode_length]` (PAD after EOS); log_probs: float32 `[batch]`;
-    lengths: int32 `[batch]`, tokens generated, EOS included."""
+    lengths: int32 `[batch]`, tokens generated, EOS included; steps: int32 `[batch]`, the
+    steps the search ran each sentence for (every sentence, until the last has ended)."""
 
     ids: tf.Tensor
     log_probs: tf.Tensor
     lengths: tf.Tensor
+    steps: tf.Tensor
 
 
 def greedy_search(
@@ -96,7 +100,7 @@ def greedy_search(
         return step + 1, write_at(ids, step + 1, tokens), log_probs, lengths, finished, cache
 
     ids = tf.fill([batch_size, max_decode_length + 1], PAD_ID)
-    _, ids, log_probs, lengths, _, _ = tf.while_loop(
+    steps, ids, log_probs, lengths, _, _ = tf.while_loop(
         lambda step, ids, log_probs, lengths, finished, cache: ~tf.reduce_all(finished),
         step_fn,
         (
@@ -109,7 +113,7 @@ def greedy_search(
         ),
         maximum_iterations=max_decode_length,
     )
-    return GreedyResult(ids[:, 1:], log_probs, lengths)
+    return GreedyResult(ids[:, 1:], log_probs, lengths, tf.fill([batch_size], steps))
 
 
 def max_output_lengths(source_ids, extra_length, limit):
@@ -214,7 +218,7 @@ def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, 
 def greedy_decode(
     model,
     source_ids,
-    extra_length=EXTRA_LENGTH,
+    extra_length,
     cached=True,
     constraint=None,
     longest_extra=None,
@@ -239,9 +243,9 @@ def greedy_decode(
 def beam_decode(
     model,
     source_ids,
-    beam_size=BEAM_SIZE,
-    alpha=ALPHA,
-    extra_length=EXTRA_LENGTH,
+    beam_size,
+    alpha,
+    extra_length,
     cached=True,
     constraint=None,
     longest_extra=None,
@@ -292,7 +296,7 @@ def n_best_hypotheses(
         result = greedy_decode(model, source_ids, extra_length, True, constraint, longest_extra)
         scores = result.log_probs / length_penalty(result.lengths, alpha)
         one = (result.ids, scores, result.log_probs, result.lengths)
-        return BeamSearchResult(*(tensor[:, None] for tensor in one))
+        return BeamSearchResult(*(tensor[:, None] for tensor in one), steps=result.steps)
 
     def beam():
         return beam_decode(
@@ -311,6 +315,34 @@ def n_best_hypotheses(
     if isinstance(beam_size, int):
         return greedy() if beam_size == 1 else beam()
     return tf.cond(tf.equal(beam_size, 1), greedy, beam)
+
+
+def n_best_search(model, constraint=None, longest_extra=None, compact=False):
+    """`n_best_hypotheses` of `model` under `constraint`, as a function of what varies from
+    call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None)`, the
+    arguments a `tf.function` of it takes (`Translator`'s, a serving signature's)."""
+
+    def search_n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None):
+        return n_best_hypotheses(
+            model,
+            source_ids,
+            beam_size,
+            alpha,
+            extra_length,
+            constraint,
+            longest_extra,
+            compact,
+            exact_hypotheses,
+        )
+
+    return search_n_best
+
+
+def hypothesis_steps(result, beam_size) -> int:
+    """The hypothesis-steps (one hypothesis through one decoder step) a search computed for
+    `result`, a `BeamSearchResult` or `GreedyResult` (beam size 1): each sentence's steps ×
+    the beam."""
+    return int(tf.reduce_sum(tf.cast(result.steps, tf.int64))) * beam_size
 
 
 def best_of(result: BeamSearchResult, beam_size):

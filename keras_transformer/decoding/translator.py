@@ -15,7 +15,7 @@ training run directory.
 Example (needs a trained run, so not run as a doctest)::
 
     translator = load_run("runs/m30k-ende")
-    translator.translate(["A dog runs through the grass."], beam_size=4, alpha=0.6)
+    translator.translate(["A dog runs through the grass."], SearchSettings(beam_size=4, alpha=0.6))
 """
 
 import functools
@@ -33,16 +33,15 @@ from keras_transformer.decoding.beam_search import NEG_INF, BeamSearchResult, le
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.decoding.forced import forced_decode, pharaoh_alignment, subword_links
 from keras_transformer.decoding.search import (
-    ALPHA,
-    BEAM_SIZE,
-    EXTRA_LENGTH,
     best_of,
     decode_side_by_side,
-    n_best_hypotheses,
+    hypothesis_steps,
+    n_best_search,
 )
 from keras_transformer.decoding.tree_constraint import WellFormedTrees
 from keras_transformer.model import Transformer
 from keras_transformer.run_directory import CheckpointError, subwords_path
+from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import CorpusError
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
@@ -88,6 +87,11 @@ class Translator:
             such as `tree_constraint.WellFormedTrees`.
         slices: how many slices of a batch to decode side by side; default one per CPU core
             (`decoding.side_by_side_slices`).
+
+    Attributes:
+        hypothesis_steps: the hypothesis-steps (one hypothesis through one decoder step) its
+            searches have computed so far, a running total: its growth over a call is what
+            the call cost (`search.hypothesis_steps`).
     """
 
     def __init__(
@@ -103,54 +107,38 @@ class Translator:
         self.constraint = constraint
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
+        self.hypothesis_steps = 0
         # XLA needs fixed shapes; without it, sentences leave the batch as they finish.
-        self._compact = not jit_compile
-        search = tf.function(self._n_best, jit_compile=jit_compile)
+        search = n_best_search(model, constraint, compact=not jit_compile)
+        search = tf.function(search, jit_compile=jit_compile)
         # Not compiled as a whole, so that the slices' searches run at the same time.
         self._decode = tf.function(functools.partial(decode_side_by_side, search, slices=slices))
 
-    def _n_best(self, source_ids, beam_size, alpha, extra_length, exact_hypotheses):
-        return n_best_hypotheses(
-            self.model,
-            source_ids,
-            beam_size,
-            alpha,
-            extra_length,
-            self.constraint,
-            compact=self._compact,
-            exact_hypotheses=exact_hypotheses,
-        )
-
-    def decode_n_best(
-        self,
-        source_ids,
-        beam_size=BEAM_SIZE,
-        alpha=ALPHA,
-        extra_length=EXTRA_LENGTH,
-        exact_hypotheses=None,
-    ) -> BeamSearchResult:
-        """Padded source ids `[batch, length]` → the `beam_size` best hypotheses of each
-        (`search.n_best_hypotheses`); `beam_size=1` decodes greedily. With `exact_hypotheses`
-        only that many of the best are sure to be the full search's."""
+    def decode_n_best(self, source_ids, search=SearchSettings()) -> BeamSearchResult:
+        """Padded source ids `[batch, length]` → the `search.beam_size` best hypotheses of each
+        (`search.n_best_hypotheses`); beam size 1 decodes greedily. Only the `search.n_best`
+        best are sure to be the full search's: the search stops once they are final."""
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         rows = source_ids.shape[0]
         # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
         result = self._decode(
             pad_rows_to_bucket(source_ids),
-            beam_size,
-            tf.constant(alpha, tf.float32),
-            extra_length,
-            exact_hypotheses,
+            search.beam_size,
+            tf.constant(search.alpha, tf.float32),
+            search.extra_length,
+            search.n_best,
         )
+        self.hypothesis_steps += hypothesis_steps(result, search.beam_size)
         return BeamSearchResult(*(tensor[:rows] for tensor in result))
 
-    def decode_ids(self, source_ids, beam_size=BEAM_SIZE, alpha=ALPHA, extra_length=EXTRA_LENGTH):
-        """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores.
+    def decode_ids(self, source_ids, search=SearchSettings()):
+        """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores,
+        searched until the best is final (whatever `search.n_best`).
 
-        `beam_size=1` decodes greedily (scores are then plain log-probabilities).
+        Beam size 1 decodes greedily (scores are then plain log-probabilities).
         """
-        result = self.decode_n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses=1)
-        return best_of(result, beam_size)
+        result = self.decode_n_best(source_ids, search.replace(n_best=1))
+        return best_of(result, search.beam_size)
 
     def encode_sentences(self, sentences, line_numbers=None):
         """Sentences → lists of source ids (EOS appended), truncating over-long ones loudly.
@@ -173,51 +161,41 @@ class Translator:
     def translate(
         self,
         sentences,
-        beam_size=BEAM_SIZE,
-        alpha=ALPHA,
-        extra_length=EXTRA_LENGTH,
+        search=SearchSettings(),
         batch_sentences=BATCH_SENTENCES,
         progress=None,
     ) -> list[str]:
         """Translates `sentences` (a list of str) in their order; see the module docstring.
+        The best of `translate_n_best`'s hypotheses: the search stops once `search.n_best`
+        are final (1, the paper's translation, by default).
 
         Args:
             progress: show a progress bar; `None` shows one on a terminal for long inputs.
         """
-        search = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
         n_best = self.translate_n_best(
-            sentences, 1, batch_sentences=batch_sentences, progress=progress, **search
+            sentences, search, batch_sentences=batch_sentences, progress=progress
         )
         return [hypotheses[0].text for hypotheses in n_best]
 
     def translate_n_best(
         self,
         sentences,
-        n_best=1,
-        beam_size=BEAM_SIZE,
-        alpha=ALPHA,
-        extra_length=EXTRA_LENGTH,
+        search=SearchSettings(),
         alignments=False,
         batch_sentences=BATCH_SENTENCES,
         progress=None,
     ) -> list[list[Hypothesis]]:
-        """The `n_best` best `Hypothesis`es of each of `sentences`, best first, as `translate`
-        decodes them; fewer where the search found fewer. An empty line gets `EMPTY` alone
-        (with an empty alignment).
+        """The `search.n_best` best `Hypothesis`es of each of `sentences`, best first, as
+        `translate` decodes them; fewer where the search found fewer. The search stops once
+        those are final. An empty line gets `EMPTY` alone (with an empty alignment).
 
         `alignments`: add each hypothesis' word alignment (`forced` module docstring).
         """
-        if not 1 <= n_best <= beam_size:
-            raise ConfigError(
-                f"n-best {n_best} must be 1 to the beam size {beam_size}: a search keeps "
-                "beam size hypotheses"
-            )
-        search = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
 
         def decode(source, _):
             limit = self.model.config.max_length
-            result = self.decode_n_best(pad_to_bucket(source, limit=limit), **search)
-            ids, scores, log_probs = (np.asarray(t)[:, :n_best] for t in result[:3])
+            result = self.decode_n_best(pad_to_bucket(source, limit=limit), search)
+            ids, scores, log_probs = (np.asarray(t)[:, : search.n_best] for t in result[:3])
             found = [
                 [(list(i), s, p) for i, s, p in zip(*row, strict=True) if s > NEG_INF / 2]
                 for row in zip(ids, scores, log_probs, strict=True)
@@ -231,15 +209,15 @@ class Translator:
         self,
         sources,
         targets,
-        alpha=ALPHA,
+        search=SearchSettings(),
         alignments=False,
         batch_sentences=BATCH_SENTENCES,
         target_name="target",
     ) -> list[Hypothesis]:
         """The model's `Hypothesis` for each given translation `targets[i]` of `sources[i]`
         (forced decoding, `forced.forced_decode`): its log-probability with EOS, its score under
-        the length penalty α, and with `alignments` its word alignment. The text is the target
-        as given; it is scored in the subword model's segmentation of it.
+        the length penalty `search.alpha`, and with `alignments` its word alignment. The text is
+        the target as given; it is scored in the subword model's segmentation of it.
 
         `target_name` names the targets (their file) in errors: a target longer than the model's
         `max_length` is one, and so is a count of targets other than of sources.
@@ -251,7 +229,7 @@ class Translator:
         def score_batch(source, batch):
             targets = [target_ids[k] for k in batch]
             forced = forced_decode(self.model, *self._padded_pairs(source, targets))
-            scores = forced.log_probs / length_penalty(forced.lengths, alpha)
+            scores = forced.log_probs / length_penalty(forced.lengths, search.alpha)
             found = zip(targets, scores.numpy(), forced.log_probs.numpy(), strict=True)
             return self._hypotheses(source, [[item] for item in found], alignments)
 

@@ -13,6 +13,7 @@ greedy and beam search run on.
 import keras
 from keras import ops
 
+from keras_transformer import keras_internals
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.dropout import Dropout
@@ -129,7 +130,7 @@ class Transformer(keras.Model):
         """`keras.Model.compile`; an XLA-compiled step draws hashed dropout masks (dropout.py)."""
         super().compile(*args, **kwargs)
         xla_tensorflow = self.jit_compile and keras.backend.backend() == "tensorflow"
-        for layer in self._flatten_layers():
+        for layer in keras_internals.sublayers(self):
             if isinstance(layer, Dropout):
                 layer.hashed_masks = xla_tensorflow
 

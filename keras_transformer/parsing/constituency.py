@@ -3,7 +3,7 @@
 "We trained a 4-layer transformer with d_model = 1024 on the Wall Street Journal (WSJ) portion
 of the Penn Treebank, about 40K training sentences. [...] During inference, we increased the
 maximum output length to input length + 300. We used a beam size of 21 and α = 0.3 for both WSJ
-only and the semi-supervised setting."
+only and the semi-supervised setting." That search is `search_settings.PARSING_SEARCH`.
 
 Nothing here is a second model: the Transformer and the `train` command are the translation
 ones, on `pipelines.ptb` (sentences in, linearized trees out). What parsing adds is at the output.
@@ -25,9 +25,6 @@ import sys
 
 from keras_transformer.parsing.evalb import corpus_score
 from pipelines.ptb import align_leaves, delinearize, repair
-
-# §6.3's search: beam 21, α = 0.3, outputs up to input length + 300 (capped by max_length).
-SEARCH = {"beam_size": 21, "alpha": 0.3, "extra_length": 300}
 
 
 def hypothesis_trees(sentences, hypotheses):

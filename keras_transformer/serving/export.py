@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from keras_transformer.errors import ConfigError, KerasTransformerError
+from keras_transformer.search_settings import SearchSettings
 
 FORMATS = ("saved_model", "tflite", "ctranslate2")
 
@@ -60,10 +61,10 @@ class ExportOptions:
             raise ConfigError(f"warmup_batch_sizes {list(self.warmup_batch_sizes)} must be >= 1")
 
 
-def export(translator, output, options: ExportOptions, search: dict) -> Path:
-    """Writes `translator` to `output` as `options` say; returns the path written. `search`
-    ({beam_size, alpha, extra_length}) is fixed in a SavedModel's `serving_default` and a TFLite
-    model; CTranslate2 takes its search when it translates."""
+def export(translator, output, options: ExportOptions, search: SearchSettings) -> Path:
+    """Writes `translator` to `output` as `options` say; returns the path written. `search` is
+    fixed in a SavedModel's `serving_default` and a TFLite model; CTranslate2 takes its search
+    when it translates."""
     if options.format == "ctranslate2":
         return _export_ctranslate2()(translator, output, options.quantization)
     if options.format == "tflite":
@@ -74,7 +75,7 @@ def export(translator, output, options: ExportOptions, search: dict) -> Path:
             output,
             quantize=options.quantize,
             source_length=options.source_length,
-            **search,
+            search=search,
         )
     from keras_transformer.serving.saved_model import export_saved_model
 

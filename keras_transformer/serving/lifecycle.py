@@ -7,12 +7,18 @@ served (AVAILABLE); the version it replaces is UNLOADING until the requests in f
 answered, then END. `poll()` looks again, and `start_polling(seconds)` does it in a thread. A
 version that is incomplete (no saved_model.pb or variables yet, as while it is being copied) is
 skipped with a logged reason and looked at again at the next poll; one that fails to load is END
-with its error, and the version before it keeps serving.
+with its error, and the version before it keeps serving. As TF Serving retries a failed load
+(`max_num_load_retries`), a failed version is loaded again at a later poll, after a backoff that
+doubles at each failure (`retry_interval_s`, then twice that, ...), up to `max_load_retries`
+times: a version copied in two steps, its files present before their contents were whole,
+loads once the copy is complete.
 """
 
 import logging
 import re
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from keras_transformer.serving.errors import not_found, unavailable
@@ -21,6 +27,14 @@ from keras_transformer.serving.servable import AVAILABLE, END, Servable, incompl
 logger = logging.getLogger(__name__)
 
 VERSION_NAME = re.compile(r"[0-9]{1,18}")
+
+
+@dataclass
+class FailedLoads:
+    """How often a version failed to load, and when (`time.monotonic`) to try it again."""
+
+    count: int
+    retry_at: float
 
 
 def version_directories(base: Path) -> dict[int, Path]:
@@ -45,12 +59,17 @@ class ServedModel:
 
     Construction loads it (the newest complete version; older ones if it fails) and raises
     FileNotFoundError when `base_path` has no version directory, ValueError when none loads.
+    A version that failed to load is tried again by a later `poll()`, `retry_interval_s` after
+    its first failure, then after twice as long at each failure, `max_load_retries` times.
     """
 
-    def __init__(self, name, base_path):
+    def __init__(self, name, base_path, max_load_retries=5, retry_interval_s=10.0):
         self.name = name
         self.base_path = Path(base_path)
+        self.max_load_retries = max_load_retries
+        self.retry_interval_s = retry_interval_s
         self.versions: dict[int, Servable] = {}  # every version tried, in whatever state
+        self._failed_loads: dict[int, FailedLoads] = {}
         self._serving: Servable | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
@@ -93,8 +112,8 @@ class ServedModel:
             for version in sorted(directories, reverse=True):
                 if version <= current:
                     return
-                if version in self.versions:
-                    continue  # tried already: it failed, and stays END
+                if version in self.versions and not self._retry_due(version):
+                    continue  # failed: END until its retry is due, or for good
                 reason = incomplete(directories[version])
                 if reason:
                     logger.warning("skipping version %d of %s: %s", version, self.name, reason)
@@ -104,6 +123,10 @@ class ServedModel:
                 if not fall_back:
                     return
 
+    def _retry_due(self, version: int) -> bool:
+        failed = self._failed_loads.get(version)
+        return failed is not None and time.monotonic() >= failed.retry_at
+
     def _load(self, servable: Servable) -> bool:
         with self._lock:
             self.versions[servable.version] = servable
@@ -112,18 +135,30 @@ class ServedModel:
         except Exception as error:  # a corrupt export must not stop the server
             servable.state, servable.error = END, f"{type(error).__name__}: {error}"
             logger.error(
-                "version %d of %s failed to load, %s: %s",
+                "version %d of %s failed to load, %s; %s: %s",
                 servable.version,
                 self.name,
                 "keeping the one served" if self._serving else "none served",
+                self._schedule_retry(servable.version),
                 servable.error,
             )
             return False
+        self._failed_loads.pop(servable.version, None)
         with self._lock:
             previous, self._serving = self._serving, servable
         if previous is not None:
             previous.unload()
         return True
+
+    def _schedule_retry(self, version: int) -> str:
+        """Counts a failed load of `version` and sets when to try it again; says when."""
+        count = self._failed_loads[version].count + 1 if version in self._failed_loads else 1
+        if count > self.max_load_retries:
+            self._failed_loads[version] = FailedLoads(count, float("inf"))
+            return f"giving up after {count} loads"
+        delay = self.retry_interval_s * 2 ** (count - 1)
+        self._failed_loads[version] = FailedLoads(count, time.monotonic() + delay)
+        return f"retrying in {delay:g} s ({count} of {self.max_load_retries} retries)"
 
     def start_polling(self, seconds: float):
         """Polls the base path every `seconds` in a daemon thread until `stop_polling()`."""

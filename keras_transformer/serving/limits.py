@@ -2,7 +2,8 @@
 
 Checked on a request's declared shape before any array is built from it (a gRPC `TensorProto`
 declares its shape apart from its values, and `tf.make_ndarray` would allocate the declared
-shape), then on the values. Each refusal names the limit and the `serve` flag that sets it.
+shape; a REST request's lists declare theirs by their lengths, `declared_shape`), then on the
+values. Each refusal names the limit and the `serve` flag that sets it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,20 @@ from keras_transformer.serving.errors import bad_request
 if TYPE_CHECKING:  # the server's flags are made from `Limits` without loading TensorFlow
     import numpy as np
     import tensorflow as tf
+
+
+def declared_shape(value, rank: int) -> list[int]:
+    """The shape that a JSON value (nested lists) declares, read from the lengths of its lists
+    without building an array: each dimension is the longest list at that depth. A level that
+    is not all lists ends the shape there, so a value of another rank shows in its length."""
+    shape, level = [], [value]
+    for depth in range(rank):
+        if not all(isinstance(item, list | tuple) for item in level):
+            break
+        shape.append(max((len(item) for item in level), default=0))
+        if depth + 1 < rank:
+            level = [element for item in level for element in item]
+    return shape
 
 
 @dataclass(frozen=True)

@@ -72,10 +72,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from durable_files import hold_lock, sync_to_disk, write_error
 from keras_transformer.decoding.beam_search import BeamSearchResult
-from keras_transformer.decoding.search import EXTRA_LENGTH, SEARCH, best_of, n_best_hypotheses
+from keras_transformer.decoding.search import best_of, n_best_search
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
-from pipelines.corpus import hold_lock, sync_to_disk, write_error
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.layout import WARMUP_REQUESTS
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
@@ -119,21 +121,28 @@ class TranslationModule(tf.Module):
     """The trained model and its tokenizer with the serving functions (see module docstring).
 
     Attributes:
+        default_search: `serving_default`'s `SearchSettings` (its `n_best` is not used: the
+            signatures return the best hypothesis, or every one the search kept).
         beam_sizes: the beam sizes requests may ask for (sorted).
         longest_extra: the longest extra length requests may ask for.
     """
 
-    def __init__(self, model, tokenizer, search=None, constraint=None, jit_compile=False):
+    def __init__(
+        self, model, tokenizer, search=SearchSettings(), constraint=None, jit_compile=False
+    ):
         super().__init__(name="translation")
         self.model = model
         self.tokenizer = tokenizer  # a tf.Module: its subword model becomes an asset
-        self.default_search = search or SEARCH
+        self.default_search = search
         self.constraint = constraint
-        self.beam_sizes = sorted({*REQUEST_BEAM_SIZES, self.default_search["beam_size"]})
-        self.longest_extra = max(self.default_search["extra_length"], EXTRA_LENGTH)
-        self._compiled_search = (
-            tf.function(self._n_best_hypotheses, jit_compile=True) if jit_compile else None
-        )
+        self.beam_sizes = sorted({*REQUEST_BEAM_SIZES, search.beam_size})
+        self.longest_extra = max(search.extra_length, SearchSettings.extra_length)
+        self._jit_compile = jit_compile
+        if jit_compile:  # one program serves every extra length up to the longest
+            search = n_best_search(model, constraint, self.longest_extra)
+            self._n_best = tf.function(search, jit_compile=True)
+        else:
+            self._n_best = n_best_search(model, constraint, compact=True)
 
     def source_ids(self, text):
         """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
@@ -141,33 +150,13 @@ class TranslationModule(tf.Module):
         eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
         return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
 
-    def _n_best_hypotheses(self, source_ids, beam_size, alpha, extra_length):
-        return n_best_hypotheses(
-            self.model,
-            source_ids,
-            beam_size,
-            alpha,
-            extra_length,
-            self.constraint,
-            self.longest_extra,
-        )
-
     def search(
         self, source_ids, beam_size, alpha, extra_length, exact_hypotheses=None
     ) -> BeamSearchResult:
         """The n-best hypotheses of source ids for a checked request search (with
         `exact_hypotheses`, only that many of the best are sure to be the full search's)."""
-        if self._compiled_search is None:
-            return n_best_hypotheses(
-                self.model,
-                source_ids,
-                beam_size,
-                alpha,
-                extra_length,
-                self.constraint,
-                compact=True,
-                exact_hypotheses=exact_hypotheses,
-            )
+        if not self._jit_compile:
+            return self._n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses)
         # XLA compiles once per source shape and beam size (a Python int per branch; one
         # program serves every request, so it searches every hypothesis exactly): padding
         # the width and the batch to buckets bounds the shapes. The outputs are cut back to the
@@ -179,7 +168,7 @@ class TranslationModule(tf.Module):
         batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
         branches = [
-            functools.partial(self._compiled_search, padded, beam, alpha, extra_length)
+            functools.partial(self._n_best, padded, beam, alpha, extra_length)
             for beam in self.beam_sizes
         ]
         which = tf.argmax(
@@ -211,7 +200,8 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT])
     def serve_text(self, text):
-        return self.translate(text, **self.default_search)
+        search = self.default_search
+        return self.translate(text, search.beam_size, search.alpha, search.extra_length)
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):
@@ -250,8 +240,6 @@ def pad_width_to_bucket(source_ids, bucket, limit):
     return tf.pad(source_ids, [[0, 0], [0, target - width]], constant_values=PAD_ID)
 
 
-# Where TensorFlow Serving looks for requests to run once at load, before it serves a version.
-WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
 # The widest source a warm-up compiles for: room for Multi30k's sentences. Wider requests compile
 # when they first come.
 WARMUP_MAX_WIDTH = 64
@@ -283,9 +271,9 @@ def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
             {
                 # Any ids do (here unknown words): XLA compiles for the shape.
                 "source_ids": tf.constant([[UNK_ID] * (width - 1) + [EOS_ID]] * rows, tf.int32),
-                "beam_size": tf.constant(search["beam_size"], tf.int32),
-                "alpha": tf.constant(search["alpha"], tf.float32),
-                "extra_length": tf.constant(search["extra_length"], tf.int32),
+                "beam_size": tf.constant(search.beam_size, tf.int32),
+                "alpha": tf.constant(search.alpha, tf.float32),
+                "extra_length": tf.constant(search.extra_length, tf.int32),
             },
         )
         for rows in batch_sizes
@@ -295,11 +283,11 @@ def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
 
 
 def export_saved_model(
-    translator, base, search=None, jit_compile=False, warmup_batch_sizes=(1,)
+    translator, base, search=SearchSettings(), jit_compile=False, warmup_batch_sizes=(1,)
 ) -> Path:
     """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
 
-    `search` ({beam_size, alpha, extra_length}) is `serving_default`'s, §6.1's by default.
+    `search`, a `SearchSettings`, is `serving_default`'s, §6.1's by default.
     `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
     warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load,
     for requests of each of `warmup_batch_sizes` sentences (a server's batch sizes, from TF

@@ -15,8 +15,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
 from keras_transformer.serving.errors import ServingError, bad_request
-from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.saved_model import WARMUP_REQUESTS
+from keras_transformer.serving.layout import WARMUP_REQUESTS
+from keras_transformer.serving.limits import Limits, declared_shape
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +115,13 @@ class Servable:
         return sorted(self.signature(signature_name)[1].structured_outputs)
 
     def arrays(self, signature_name, inputs: dict, limits: Limits) -> dict:
-        """Named inputs (lists or arrays) as numpy arrays of the signature's dtypes, checked
-        against its specs and `limits`."""
+        """Named inputs (JSON values: nested lists or scalars) as numpy arrays of the
+        signature's dtypes, checked against its specs and `limits`: the shape their lists
+        declare before numpy builds anything of that size, as `arrays_from_protos` does."""
         specs = self._exact_inputs(signature_name, inputs)
         arrays = {}
         for name, spec in specs.items():
+            limits.check_shape(name, declared_shape(inputs[name], spec.shape.rank), spec)
             try:
                 array = np.asarray(inputs[name])
             except (TypeError, ValueError) as error:

@@ -18,10 +18,11 @@ import tempfile
 from pathlib import Path
 
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding.search import ALPHA, BEAM_SIZE, EXTRA_LENGTH, best_hypotheses
-from pipelines.corpus import write_atomically
+from durable_files import write_atomically
+from keras_transformer import keras_internals
+from keras_transformer.decoding.search import best_hypotheses
+from keras_transformer.search_settings import SearchSettings
 
 logger = logging.getLogger(__name__)
 
@@ -29,14 +30,15 @@ logger = logging.getLogger(__name__)
 TFLITE_SOURCE_LENGTH = 64
 
 
-def tflite_search_function(model, source_length, beam_size, alpha, extra_length, constraint=None):
-    """The decoding `tf.function` for TFLite: fixed batch 1 and lengths; greedy if beam 1."""
+def tflite_search_function(model, source_length, search=SearchSettings(), constraint=None):
+    """The decoding `tf.function` for TFLite: fixed batch 1, lengths and `search` (a
+    `SearchSettings`); greedy if its beam size is 1."""
     spec = tf.TensorSpec([1, source_length], tf.int32, name="source_ids")
 
     @tf.function(input_signature=[spec])
     def translate(source_ids):
         target_ids, scores = best_hypotheses(
-            model, source_ids, beam_size, alpha, extra_length, constraint
+            model, source_ids, search.beam_size, search.alpha, search.extra_length, constraint
         )
         return {"target_ids": target_ids, "scores": scores}
 
@@ -48,11 +50,11 @@ def export_tflite(
     path,
     quantize=None,
     source_length=None,
-    beam_size=BEAM_SIZE,
-    alpha=ALPHA,
-    extra_length=EXTRA_LENGTH,
+    search=SearchSettings(),
 ) -> Path:
     """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
+
+    `search`: the `SearchSettings` fixed in the model (§6.1's by default).
 
     `source_length`: the fixed source width in subwords with EOS; default
     `TFLITE_SOURCE_LENGTH`, or the model's `max_length` if that is shorter.
@@ -64,9 +66,9 @@ def export_tflite(
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
     search = tflite_search_function(
-        translator.model, source_length, beam_size, alpha, extra_length, translator.constraint
+        translator.model, source_length, search, translator.constraint
     ).get_concrete_function()
-    frozen = convert_variables_to_constants_v2(search)
+    frozen = keras_internals.frozen_function(search)
     # A variable-free module around the frozen graph keeps the signature's names in TFLite.
     module = tf.Module()
     module.translate = tf.function(

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import keras
 
+from durable_files import write_atomically, write_error
+from keras_transformer import keras_internals
 from keras_transformer.run_directory import (
     DIVERGENCE_REMEDY,
     CheckpointError,
@@ -37,7 +39,6 @@ from keras_transformer.run_directory import (
     load_weights_checked,
     save_weights_atomically,
 )
-from pipelines.corpus import write_atomically, write_error
 
 logger = logging.getLogger(__name__)
 
@@ -254,7 +255,8 @@ class ValidationScores(EveryUpdate):
         log_dir: TensorBoard directory; scalars go to its `<kind>/` run.
         metrics: the run's `MetricsJsonl`, which gets `kind: <kind>` lines.
         kind: names the records, "bleu" or "parsing".
-        extra_length: the search's output budget beyond the input length.
+        search: the `SearchSettings` of the outputs' search, of beam size 1 (greedy: cheap
+            enough to run while training).
     """
 
     def __init__(
@@ -267,7 +269,7 @@ class ValidationScores(EveryUpdate):
         log_dir,
         metrics,
         kind,
-        extra_length,
+        search,
     ):
         super().__init__()
         self.tokenizer = tokenizer
@@ -277,7 +279,7 @@ class ValidationScores(EveryUpdate):
         self.log_dir = Path(log_dir)
         self.metrics = metrics
         self.kind = kind
-        self.extra_length = extra_length
+        self.search = search
         self._translator = None
         self._last_step = None
 
@@ -300,9 +302,7 @@ class ValidationScores(EveryUpdate):
         if self._translator is None:  # one translator, so its traced search is reused
             self._translator = Translator(self.model, self.tokenizer)
         start = time.perf_counter()
-        hypotheses = self._translator.translate(
-            self.sources, beam_size=1, extra_length=self.extra_length, progress=False
-        )
+        hypotheses = self._translator.translate(self.sources, self.search, progress=False)
         scores = self.score(self.sources, hypotheses, self.references)
         scores = {f"val_{k}": v for k, v in scores.items() if isinstance(v, float)}
         scores[f"val_{self.kind}_seconds"] = time.perf_counter() - start
@@ -519,6 +519,13 @@ class DivergenceGuard(keras.callbacks.Callback):
             self.metrics.write("skipped_batch", {"skipped_batches": self.skipped})
 
 
+# What reading an unreadable backup raises: h5py's OSError for a truncated or foreign file,
+# KeyError for a group or key the file lacks, and a JSON or text decoding error for its training
+# position. Any other error (a model not built, a wrong argument) is the caller's, not the
+# file's: it propagates, and the backup stays where it is.
+UNREADABLE_FILE = (OSError, KeyError, json.JSONDecodeError, UnicodeDecodeError)
+
+
 class ResumableBackup(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` that never starts over silently from an unreadable backup.
 
@@ -531,7 +538,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
     warning; without one, it is an error naming the file.
 
     With `restore=False` it only backs up, the model holding the restored state already (its
-    `_initial_epoch` the epoch to restart).
+    initial epoch the one to restart, `keras_internals.initial_epoch`).
     """
 
     def __init__(self, backup_dir, checkpoints_dir=None, restore=True, **kwargs):
@@ -540,25 +547,29 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self.restore = restore
 
     @property
+    def weights_path(self) -> str:
+        return keras_internals.backup_files(self)[0]
+
+    @property
     def has_backup(self) -> bool:
-        return Path(self._weights_path).exists()
+        return Path(self.weights_path).exists()
 
     def on_train_begin(self, logs=None):
         if self.restore:
             self._restore(logs)
         # Keras counts the epoch for its backups from 0 in each process, so a backup taken before
         # the end of the restarted epoch would say epoch 0.
-        self._current_epoch = self.resumed_epoch
+        keras_internals.set_backup_epoch(self, self.resumed_epoch)
 
     def _restore(self, logs):
         try:
             super().on_train_begin(logs)
-        except Exception as error:  # any unreadable backup: never restart silently
+        except UNREADABLE_FILE as error:  # never restart silently from an unreadable backup
             self._resume_from_checkpoint(error)
         if self.has_backup:
             logger.info(
                 "resumed from %s at step %d, restarting epoch %d",
-                self._weights_path,
+                self.weights_path,
                 _step(self.model),
                 self.resumed_epoch,
             )
@@ -576,14 +587,15 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         self._save_model()
         super().on_train_end(logs)
 
-    def _save_model(self):
+    def _save_model(self):  # keras_internals.BACKUP_HOOKS
         # Keras writes both files in place; a kill during the write made the backup unreadable.
         # The weights go first: a kill between the two renames then repeats an epoch's data
         # rather than skipping it.
         Path(self.backup_dir).mkdir(parents=True, exist_ok=True)
-        save_weights_atomically(self.model, self._weights_path)
-        position = json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen})
-        write_atomically(self._training_metadata_path, lambda partial: partial.write_text(position))
+        weights, metadata = keras_internals.backup_files(self)
+        save_weights_atomically(self.model, weights)
+        position = json.dumps(keras_internals.backup_position(self))
+        write_atomically(metadata, lambda partial: partial.write_text(position))
 
     def _resume_from_checkpoint(self, error):
         checkpoints = list_checkpoints(self.checkpoints_dir) if self.checkpoints_dir else []
@@ -600,7 +612,7 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             logger.warning(
                 "the backup %s is unreadable (%s): resumed from %s at step %d instead; the "
                 "unreadable backup was moved to %s",
-                self._weights_path,
+                self.weights_path,
                 str(error).splitlines()[0],
                 path,
                 _step(self.model),
@@ -608,11 +620,11 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
             )
             return
         raise CheckpointError(
-            f"cannot resume from the backup in {self.backup_dir} ({self._weights_path}), and "
+            f"cannot resume from the backup in {self.backup_dir} ({self.weights_path}), and "
             f"no readable checkpoint in {self.checkpoints_dir} replaces it: {error}. Delete "
             "that directory to start over."
         ) from error
 
     @property
     def resumed_epoch(self) -> int:
-        return int(getattr(self.model, "_initial_epoch", 0) or 0)
+        return keras_internals.initial_epoch(self.model)

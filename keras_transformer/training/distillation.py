@@ -29,6 +29,7 @@ A teacher trained on text files (`train --data-dir`) writes a copy that a studen
 text: `train --data-dir runs/distilled-text --subwords runs/teacher/subwords.model`.
 """
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -36,8 +37,10 @@ import os
 import time
 from pathlib import Path
 
+from durable_files import write_atomically
 from keras_transformer.errors import ConfigError
-from pipelines.corpus import CorpusError, read_aligned_lines, write_atomically
+from keras_transformer.search_settings import SearchSettings
+from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepared import input_text_files
 
 logger = logging.getLogger(__name__)
@@ -46,7 +49,14 @@ RECORD = "distillation.json"
 
 
 def distill_data_dir(
-    translator, files, data_dir, output_dir, present, teachers, with_references=True, **search
+    translator,
+    files,
+    data_dir,
+    output_dir,
+    present,
+    teachers,
+    with_references=True,
+    search=SearchSettings(),
 ) -> Path:
     """Writes `output_dir`: `files`' training pairs plus the translator's, other splits linked.
 
@@ -60,7 +70,7 @@ def distill_data_dir(
         with_references: keep the original pairs before the translated ones; without them the
             student learns the teacher's outputs alone (its validation loss against the
             references then rises, docs/RESULTS.md).
-        search: `beam_size`, `alpha`, `extra_length` for `Translator.translate`.
+        search: the `SearchSettings` of `Translator.translate`.
     """
     if Path(output_dir).resolve() == Path(data_dir).resolve():
         raise ConfigError(f"output_dir {output_dir} holds the original data: name a new directory")
@@ -68,7 +78,7 @@ def distill_data_dir(
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
-    translations = translator.translate(sources, **search)
+    translations = translator.translate(sources, search)
     seconds = time.perf_counter() - start
     distilled = [present(s, t) for s, t in zip(sources, translations, strict=True)]
 
@@ -81,7 +91,7 @@ def distill_data_dir(
                 link(copy, Path(path))
     record = {
         "teachers": [str(t) for t in teachers],
-        "search": search,
+        "search": dataclasses.asdict(search),
         "training_pairs": len(sources),
         "with_references": with_references,
         "empty_translations": sum(not t.strip() for t in distilled),

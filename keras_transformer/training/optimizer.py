@@ -71,6 +71,8 @@ class TokenWeightedAccumulation:
         if self.gradient_accumulation_steps:
             self._recorded_tokens = ops.cast(tokens, "float32")
 
+    # Keras's update step and its helpers, private: declared and checked in
+    # keras_internals.OPTIMIZER_HOOKS, where a Keras release that changes them fails a test.
     def _backend_apply_gradients(self, grads, trainable_variables):
         if not self.gradient_accumulation_steps:
             super()._backend_apply_gradients(grads, trainable_variables)

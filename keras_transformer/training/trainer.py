@@ -28,12 +28,13 @@ import logging
 import math
 import sys
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import run_directory
+from keras_transformer import keras_internals, run_directory
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.model import Transformer
 from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
@@ -128,7 +129,7 @@ def fit_under_strategy(model, strategy, dataset, **fit_kwargs):
       logs get a leading axis of one, so that average is the mean over workers.
     """
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        model._distribute_strategy = None
+        keras_internals.forget_distribute_strategy(model)
         model.train_step = _logs_with_worker_axis(model.train_step)
         model.test_step = _logs_with_worker_axis(model.test_step)  # validation, likewise
     with strategy.scope():
@@ -227,7 +228,7 @@ def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlat
     """Gives `model`, on every worker of a cluster, what the chief restored into `source`:
     weights, optimizer state (the step), the epoch to restart and `--patience`'s count."""
     variables = [*model.weights, *model.optimizer.variables]
-    counts = [getattr(source, "_initial_epoch", 0) or 0]
+    counts = [keras_internals.initial_epoch(source)]
     if plateau:
         counts += [plateau.best, plateau.stale_epochs]
     restored = [*source.weights, *source.optimizer.variables]
@@ -235,7 +236,7 @@ def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlat
     for variable, value in zip(variables, values[: len(variables)], strict=True):
         variable.assign(value)
     epoch, *patience = (float(value) for value in values[len(variables) :])
-    model._initial_epoch = int(epoch)  # as the chief's backup set it, for fit
+    keras_internals.set_initial_epoch(model, epoch)  # as the chief's backup set it, for fit
     if plateau:
         plateau.best, plateau.stale_epochs = patience[0], int(patience[1])
 
@@ -258,7 +259,7 @@ def validation_scores(
         run.output / run_directory.LOGS_DIR,
         metrics,
         kind=scoring.name,
-        extra_length=scoring.search["extra_length"],
+        search=scoring.search.replace(beam_size=1),  # greedy
     )
 
 
@@ -381,9 +382,12 @@ def configure_numerics(run: TrainingRun):
     keras.mixed_precision.set_global_policy(run.precision)
 
 
-def steps_per_epoch(batches_per_pass: int, replicas: int) -> int:
-    """Steps that consume one pass over the data: each step takes one batch per replica."""
-    return max(1, math.floor(batches_per_pass / replicas))
+def steps_per_epoch(pass_batches: Fraction, replicas: int) -> int:
+    """Steps that read every pair once: each step takes one batch per replica, and the input
+    pipelines (one per worker) share the pairs equally, so each replica's share of the pass is
+    `pass_batches / replicas` full batches, rounded up so that none is left unread (and fewer
+    than one batch a replica read twice, the next pass's first)."""
+    return max(1, math.ceil(pass_batches / replicas))
 
 
 def train(config: TransformerConfig, run: TrainingRun) -> Path:
@@ -420,7 +424,7 @@ def _train_as_this_worker(config: TransformerConfig, run: TrainingRun, on_jax: b
 
 
 def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> Path:
-    from pipelines.batching import full_batches_per_pass
+    from pipelines.batching import batches_per_pass
 
     run_directory.prepare(run, config)
     configure_numerics(run)
@@ -473,9 +477,11 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
 
     # An epoch of the full batches that carry one pass, counted up front from the pairs'
     # lengths: with per-replica datasets Keras must not probe for the end of the data (see
-    # tests/test_distribution.py). Workers whose epochs differed would fall out of step in
-    # their collectives (one validating while another trains): they stop instead.
-    pass_batches = full_batches_per_pass(
+    # tests/test_distribution.py). The workers' input pipelines share the pairs equally, so the
+    # same steps on each read every pair once (tests/training/test_multi_worker_shards.py).
+    # Workers whose epochs differed would fall out of step in their collectives (one
+    # validating while another trains): they stop instead.
+    pass_batches = batches_per_pass(
         data.length_counts, config.batch_tokens // micro_batches, config.max_length, boundaries
     )
     epoch_steps = steps_per_epoch(pass_batches, replicas)
@@ -546,6 +552,13 @@ def for_jax(run: TrainingRun) -> TrainingRun:
         )
     if is_multi_worker():
         raise ConfigError("TF_CONFIG describes a cluster, which only the tensorflow backend trains")
+    if run.deterministic:
+        # tf.config.experimental.enable_op_determinism covers TensorFlow's kernels only (here
+        # the input pipeline); JAX's compiled step would run as before, unpinned.
+        raise ConfigError(
+            "deterministic=True on JAX: op determinism covers TensorFlow's kernels, not JAX's "
+            "training step; set deterministic=False or train on TensorFlow"
+        )
     if run.skip_bad_batches:
         raise ConfigError(
             "skip_bad_batches on JAX: its stateless step keeps no gradient norm to decide by; "

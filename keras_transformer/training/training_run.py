@@ -137,6 +137,14 @@ class TrainingRun:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"{name} {value} must be positive, or 0 for never")
+        if self.skip_bad_batches and self.precision == "mixed_float16":
+            # Float16 training runs under Keras's LossScaleOptimizer, which skips the steps
+            # whose scaled gradients overflow by design and hides the inner optimizer's
+            # `skip_non_finite`: the two rules would fight over the same steps.
+            raise ConfigError(
+                "skip_bad_batches with precision 'mixed_float16': loss scaling already skips "
+                "the steps whose gradients overflow; set skip_bad_batches=0 or another precision"
+            )
 
     def to_dict(self):
         return {

@@ -16,6 +16,7 @@ from keras_transformer.decoding.search import (
     decode_side_by_side,
     greedy_decode,
     greedy_search,
+    hypothesis_steps,
     max_output_lengths,
     side_by_side_slices,
 )
@@ -103,9 +104,9 @@ def test_cached_decoding_equals_uncached(model):
 
 
 def test_each_sentence_of_a_batch_decodes_as_if_alone(model):
-    together = beam_decode(model, padded(SOURCES), beam_size=4, extra_length=8)
+    together = beam_decode(model, padded(SOURCES), beam_size=4, alpha=0.6, extra_length=8)
     for index, source in enumerate(SOURCES):
-        alone = beam_decode(model, padded([source]), beam_size=4, extra_length=8)
+        alone = beam_decode(model, padded([source]), beam_size=4, alpha=0.6, extra_length=8)
         width = alone.ids.shape[-1]
         np.testing.assert_array_equal(together.ids[index, :, :width], alone.ids[0])
         assert np.all(together.ids[index, :, width:].numpy() == PAD_ID)
@@ -209,7 +210,7 @@ def test_max_output_length_is_input_length_plus_extra():
 
 
 def test_decoded_lengths_stay_within_the_limits(model):
-    result = beam_decode(model, padded(SOURCES), beam_size=2, extra_length=3)
+    result = beam_decode(model, padded(SOURCES), beam_size=2, alpha=0.6, extra_length=3)
     limits = np.array([len(s) + 3 for s in SOURCES])
     assert np.all(result.lengths.numpy() <= limits[:, None])
     assert result.ids.shape[-1] == 8 + 3
@@ -220,7 +221,7 @@ def test_xla_compiled_search_gives_the_same_translations(model):
     source = tf.constant(padded(SOURCES))
 
     def search(source_ids):
-        result = beam_decode(model, source_ids, beam_size=3, extra_length=6)
+        result = beam_decode(model, source_ids, beam_size=3, alpha=0.6, extra_length=6)
         greedy = greedy_decode(model, source_ids, extra_length=6)
         return result.ids, result.scores, greedy.ids
 
@@ -238,7 +239,7 @@ def test_cache_grown_by_blocks_gives_the_preallocated_cache_results(model, monke
     source = tf.constant(padded([*SOURCES, [*range(3, 21), EOS_ID], [EOS_ID]]))
 
     def search(source_ids):
-        result = beam_decode(model, source_ids, beam_size=3, extra_length=40)
+        result = beam_decode(model, source_ids, beam_size=3, alpha=0.6, extra_length=40)
         return result.ids, result.scores, result.lengths
 
     assert 3 * beam_search_module.CACHE_BLOCK < 59
@@ -269,18 +270,19 @@ def test_a_compacted_batch_drops_each_sentence_when_done_with_the_same_results(m
     rows = decoder_rows(model, monkeypatch)
 
     def search(source_ids, compact):
-        result = beam_decode(model, source_ids, beam_size=3, extra_length=20, compact=compact)
-        return result.ids, result.scores, result.log_probs, result.lengths
+        return beam_decode(model, source_ids, 3, 0.6, 20, compact=compact)
 
     searched = {}
     for compact in (False, True):
         rows.assign(0)
         searched[compact] = tf.function(search)(tf.constant(padded(sources)), compact)
         searched[compact, "rows"] = int(rows.numpy())
-    for full, compacted in zip(searched[False], searched[True], strict=True):
-        np.testing.assert_allclose(full, compacted, atol=1e-5)
+        # The search's own count of its hypothesis-steps is the decoder's.
+        assert hypothesis_steps(searched[compact], 3) == searched[compact, "rows"]
+    for full, compacted in zip(searched[False][:4], searched[True][:4], strict=True):
+        np.testing.assert_allclose(full, compacted, atol=1e-5)  # steps aside
     rows.assign(0)
-    best = beam_decode(model, padded(sources), 3, extra_length=20, exact_hypotheses=1)
+    best = beam_decode(model, padded(sources), 3, 0.6, 20, exact_hypotheses=1)
     np.testing.assert_array_equal(best.ids[:, 0], searched[False][0][:, 0])
     np.testing.assert_allclose(best.scores[:, 0], searched[False][1][:, 0], atol=1e-5)
     assert int(rows.numpy()) <= searched[False, "rows"]
@@ -290,6 +292,14 @@ def test_a_compacted_batch_drops_each_sentence_when_done_with_the_same_results(m
         search(padded([source]), compact=False)
         alone.append(int(rows.numpy()))
     assert searched[True, "rows"] == sum(alone) < searched[False, "rows"]
+
+
+def test_greedy_decoding_counts_the_steps_it_ran(model, monkeypatch):
+    rows = decoder_rows(model, monkeypatch)
+    result = greedy_decode(model, padded(SOURCES), 6)
+    # Every sentence runs until the last has ended; that one ended at its last token.
+    np.testing.assert_array_equal(result.steps, [max(result.lengths.numpy())] * len(SOURCES))
+    assert hypothesis_steps(result, 1) == int(rows.numpy())
 
 
 def calls_and_their_ancestors(graph):
@@ -311,7 +321,7 @@ def test_slices_decoded_side_by_side_equal_the_whole_batch_and_are_independent(m
     sources = tf.constant(padded(SOURCES * 2 + SOURCES[:1]))  # 7 rows: slices of 3, 2, 2
 
     def search(source_ids):
-        result = beam_decode(model, source_ids, beam_size=3, extra_length=6)
+        result = beam_decode(model, source_ids, beam_size=3, alpha=0.6, extra_length=6)
         return result.ids, result.scores
 
     compiled = tf.function(search, jit_compile=True)

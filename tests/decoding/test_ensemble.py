@@ -11,6 +11,7 @@ from keras_transformer.decoding.ensemble import Ensemble, mean_distribution
 from keras_transformer.decoding.search import beam_decode, cached_step, greedy_decode
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.run_directory import CheckpointError, evaluation_directory
+from keras_transformer.search_settings import SearchSettings
 from pipelines import train_sentencepiece
 from pipelines.tokenizer import BOS_ID
 
@@ -42,9 +43,7 @@ def test_next_token_distribution_is_the_mean_of_the_members(members):
 
 def test_a_model_ensembled_with_itself_decodes_as_the_model_alone(members):
     model = members[0]
-    alone, twice = (
-        beam_decode(m, SOURCE, extra_length=EXTRA) for m in (model, Ensemble([model] * 2))
-    )
+    alone, twice = (beam_decode(m, SOURCE, 4, 0.6, EXTRA) for m in (model, Ensemble([model] * 2)))
     np.testing.assert_array_equal(alone.ids, twice.ids)
     np.testing.assert_allclose(alone.scores, twice.scores, rtol=1e-5)
     alone, twice = (greedy_decode(m, SOURCE, EXTRA) for m in (model, Ensemble([model] * 2)))
@@ -53,10 +52,10 @@ def test_a_model_ensembled_with_itself_decodes_as_the_model_alone(members):
 
 def test_ensemble_cached_decoding_equals_uncached_and_compacted(members):
     ensemble = Ensemble(members)
-    cached = beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA)
+    cached = beam_decode(ensemble, SOURCE, beam_size=3, alpha=0.6, extra_length=EXTRA)
     for other in (
-        beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA, cached=False),
-        beam_decode(ensemble, SOURCE, beam_size=3, extra_length=EXTRA, compact=True),
+        beam_decode(ensemble, SOURCE, beam_size=3, alpha=0.6, extra_length=EXTRA, cached=False),
+        beam_decode(ensemble, SOURCE, beam_size=3, alpha=0.6, extra_length=EXTRA, compact=True),
     ):
         np.testing.assert_array_equal(cached.ids, other.ids)
         np.testing.assert_allclose(cached.scores, other.scores, rtol=1e-4)
@@ -117,8 +116,9 @@ def test_an_ensemble_member_with_another_vocabulary_is_refused_by_name(
 
 @pytest.mark.slow
 def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_run, tmp_path):
-    expected = load_run(run_dir, ensemble=[other_run]).translate(SENTENCES, extra_length=EXTRA)
-    assert expected != load_run(run_dir).translate(SENTENCES, extra_length=EXTRA)
+    search = SearchSettings(extra_length=EXTRA)
+    expected = load_run(run_dir, ensemble=[other_run]).translate(SENTENCES, search)
+    assert expected != load_run(run_dir).translate(SENTENCES, search)
     members = ["--model", str(run_dir), "--ensemble", str(other_run), "--extra-length", str(EXTRA)]
     cli.main(["export", *members, "--output", str(tmp_path / "saved")])
     saved = tf.saved_model.load(str(tmp_path / "saved" / "1"))
@@ -132,9 +132,11 @@ def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_r
     source = np.zeros([1, 24], np.int32)  # the TFLite export's width: the model's max_length
     source[0, :5] = [20, 21, 22, 23, 2]
     runner = Interpreter(model_path=str(lite)).get_signature_runner("translate")
-    search = {"beam_size": 4, "alpha": 0.6, "extra_length": EXTRA}
     served = saved.signatures["translate_ids"](
-        source_ids=tf.constant(source), **{k: tf.constant(v) for k, v in search.items()}
+        source_ids=tf.constant(source),
+        beam_size=tf.constant(search.beam_size),
+        alpha=tf.constant(search.alpha),
+        extra_length=tf.constant(search.extra_length),
     )
     np.testing.assert_array_equal(runner(source_ids=source)["target_ids"], served["target_ids"])
 

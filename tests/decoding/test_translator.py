@@ -9,17 +9,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import cli
+from keras_transformer import Transformer, cli
 from keras_transformer.analysis import evaluation
 from keras_transformer.analysis.attention_plot import attention_maps
 from keras_transformer.analysis.evaluation import corpus_scores, task, tune_alpha
 from keras_transformer.config import ConfigError
 from keras_transformer.decoding.forced import forced_decode
 from keras_transformer.decoding.translator import EMPTY, Translator, load_run, pad_to_bucket
+from keras_transformer.search_settings import SearchSettings
 from pipelines import SubwordTokenizer
 from pipelines.corpus import read_lines
+from pipelines.tokenizer import EOS_ID
 
 EXTRA = 6  # short outputs keep an untrained model's translations quick
+
+
+def short(beam_size, **changes) -> SearchSettings:
+    """A search of `beam_size` with short outputs (`EXTRA`)."""
+    return SearchSettings(beam_size=beam_size, extra_length=EXTRA, **changes)
 
 
 @pytest.fixture(autouse=True)
@@ -43,19 +50,19 @@ SENTENCES = [
 
 
 def test_translations_come_back_in_input_order_with_empty_lines_kept(translator):
-    together = translator.translate(SENTENCES, beam_size=2, extra_length=EXTRA, batch_sentences=2)
+    together = translator.translate(SENTENCES, short(2), batch_sentences=2)
     assert len(together) == len(SENTENCES) and together[2] == ""
     for sentence, translation in zip(SENTENCES, together, strict=True):
         if sentence:
-            assert translator.translate([sentence], 2, extra_length=EXTRA) == [translation]
+            assert translator.translate([sentence], short(2)) == [translation]
     assert any(together)  # an untrained model still says something
 
 
 def test_batches_decoded_in_slices_side_by_side_translate_the_same(translator):
     sliced = Translator(translator.model, translator.tokenizer, slices=2)
     for beam_size in (1, 3):
-        expected = translator.translate(SENTENCES, beam_size, extra_length=EXTRA)
-        assert sliced.translate(SENTENCES, beam_size, extra_length=EXTRA) == expected
+        expected = translator.translate(SENTENCES, short(beam_size))
+        assert sliced.translate(SENTENCES, short(beam_size)) == expected
 
 
 def test_batch_sizes_share_the_search_traced_for_their_row_bucket(translator):
@@ -63,14 +70,14 @@ def test_batch_sizes_share_the_search_traced_for_their_row_bucket(translator):
     `jit_compile`, the programs compiled for them), and each row decodes as it does alone."""
     fresh = Translator(translator.model, translator.tokenizer, slices=2)
     source = pad_to_bucket([[5 + i, 6, 7, 2] for i in range(6)])
-    results = {rows: fresh.decode_ids(source[:rows], 2, extra_length=EXTRA) for rows in (3, 4, 5)}
-    results[6] = fresh.decode_ids(source, 2, extra_length=EXTRA)
+    results = {rows: fresh.decode_ids(source[:rows], short(2)) for rows in (3, 4, 5)}
+    results[6] = fresh.decode_ids(source, short(2))
     assert fresh._decode.experimental_get_tracing_count() == 3
     for rows, (ids, scores) in results.items():
         assert ids.shape[0] == scores.shape[0] == rows
     ids, scores = results[5]
     for row in range(5):
-        alone_ids, alone_scores = fresh.decode_ids(source[row : row + 1], 2, extra_length=EXTRA)
+        alone_ids, alone_scores = fresh.decode_ids(source[row : row + 1], short(2))
         width = alone_ids.shape[1]
         np.testing.assert_array_equal(ids[row, :width], alone_ids[0])
         assert not np.any(ids[row, width:])  # only PAD after the row's own hypothesis
@@ -80,7 +87,7 @@ def test_batch_sizes_share_the_search_traced_for_their_row_bucket(translator):
 def test_over_long_sentences_are_truncated_with_a_warning(translator, caplog):
     long_line = " ".join(["dog"] * 60)
     with caplog.at_level(logging.WARNING):
-        outputs = translator.translate(["", "A cat.", long_line], beam_size=1, extra_length=EXTRA)
+        outputs = translator.translate(["", "A cat.", long_line], short(1))
     assert len(outputs) == 3 and outputs[0] == ""
     assert "longer than 23 subwords truncated (lines 3)" in caplog.text
 
@@ -99,7 +106,7 @@ def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, tran
     arguments = ["--model", str(run_dir), "--input", str(source), "--output", str(output)]
     cli.main(["translate", *arguments, "--beam", "2", "--extra-length", str(EXTRA)])
     lines = output.read_text(encoding="utf-8").split("\n")[:-1]
-    assert lines == translator.translate(SENTENCES, 2, extra_length=EXTRA)
+    assert lines == translator.translate(SENTENCES, short(2))
 
 
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
@@ -148,9 +155,9 @@ def test_evaluate_command_tuned_on_validation_decodes_it_once_an_alpha(
     decoded = []
     decode = evaluation.evaluate_corpus
 
-    def counted(translator, source_path, *args, **search):
-        decoded.append((evaluation.split_name(source_path), search["alpha"]))
-        return decode(translator, source_path, *args, **search)
+    def counted(translator, source_path, *args):
+        decoded.append((evaluation.split_name(source_path), args[-1].alpha))
+        return decode(translator, source_path, *args)
 
     monkeypatch.setattr(evaluation, "evaluate_corpus", counted)
     arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
@@ -168,8 +175,8 @@ class LengthPenaltyEcho:
     def __init__(self, references, right_alpha):
         self.references, self.right_alpha = references, right_alpha
 
-    def translate(self, sources, beam_size, alpha, extra_length=50):
-        if alpha == self.right_alpha:
+    def translate(self, sources, search):
+        if search.alpha == self.right_alpha:
             return self.references
         return ["ein"] * len(self.references)
 
@@ -182,16 +189,24 @@ def test_tune_alpha_chooses_the_best_scoring_alpha_and_the_first_of_a_tie(multi3
         translator = LengthPenaltyEcho(references, right_alpha)
         scoring = task("multi30k", "de")
         alphas = (0.6, 1.3, 2.0)
-        chosen, scores = tune_alpha(
-            translator, *files, tmp_path, scoring, alphas, beam_size=beam_size
-        )
+        search = SearchSettings(beam_size=beam_size)
+        chosen, scores = tune_alpha(translator, *files, tmp_path, scoring, alphas, search)
         assert scores["alpha"] == chosen
         return chosen
 
     assert tuned(right_alpha=1.3) == 1.3
     assert tuned(right_alpha=9.0) == 0.6  # nothing right: every α scores alike, the first stays
-    with pytest.raises(ValueError, match="needs a beam search"):
+    with pytest.raises(ConfigError, match="tuning alpha needs a beam search: beam_size 1"):
         tuned(right_alpha=1.3, beam_size=1)
+
+
+def test_tuning_alpha_traces_the_search_once(translator, first_lines_data, tmp_path):
+    """α reaches the search as a tensor: tuning it over several values runs one trace."""
+    fresh = Translator(translator.model, translator.tokenizer)
+    files = [first_lines_data / f"val.{language}.gz" for language in ("en", "de")]
+    tune_alpha(fresh, *files, tmp_path, task("multi30k", "de"), (0.0, 0.6, 1.3), short(2))
+    assert len(list(tmp_path.glob("val.beam2.alpha*.hyp"))) == 3
+    assert fresh._decode.experimental_get_tracing_count() == 1
 
 
 def test_corpus_scores_cased_detokenized_and_tokenized_lowercased():
@@ -262,12 +277,12 @@ def n_best_lines(text):
 
 
 def test_n_best_hypotheses_are_the_searchs_best_first_with_their_scores(translator):
-    n_best = translator.translate_n_best(SENTENCES, 3, beam_size=3, extra_length=EXTRA)
+    n_best = translator.translate_n_best(SENTENCES, short(3, n_best=3))
     assert n_best[2] == [EMPTY]
-    best = translator.translate(SENTENCES, 3, extra_length=EXTRA)
+    best = translator.translate(SENTENCES, short(3))
     assert [hypotheses[0].text for hypotheses in n_best] == best
     source = pad_to_bucket(translator.encode_sentences(SENTENCES[:1]))
-    result = translator.decode_n_best(source, 3, extra_length=EXTRA)
+    result = translator.decode_n_best(source, short(3, n_best=3))
     np.testing.assert_allclose([h.score for h in n_best[0]], result.scores[0], rtol=1e-5)
     np.testing.assert_allclose([h.log_prob for h in n_best[0]], result.log_probs[0], rtol=1e-5)
     texts = translator.tokenizer.detokenize(result.ids[0]).numpy()
@@ -284,9 +299,7 @@ def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
     search = ["--beam", "3", "--extra-length", str(EXTRA)]
     cli.main(["translate", *arguments, *search, "--n-best", "3", "--alignments"])
     lines = n_best_lines(output.read_text(encoding="utf-8"))
-    expected = translator.translate_n_best(
-        SENTENCES, 3, beam_size=3, extra_length=EXTRA, alignments=True
-    )
+    expected = translator.translate_n_best(SENTENCES, short(3, n_best=3), alignments=True)
     flat = [(i, *h) for i, hypotheses in enumerate(expected) for h in hypotheses]
     assert [line[:2] + line[4:] for line in lines] == [(i, t, a) for i, t, _, _, a in flat]
     np.testing.assert_allclose([line[2:4] for line in lines], [f[2:4] for f in flat], atol=1e-5)
@@ -347,3 +360,35 @@ def test_word_indices_follow_the_subword_models_word_marks(run_dir):
     assert indices[0] == 0 and indices[-1] == len(sentence.split()) - 1
     assert all(b - a in (0, 1) for a, b in zip(indices, indices[1:], strict=False))
     assert len(ids) > len(sentence.split())  # some word is split into subwords
+
+
+def test_translate_and_evaluate_stop_once_the_n_best_are_final(
+    translator, first_lines_data, tmp_path
+):
+    """`n_best` 1 stops each sentence once its best hypothesis is final: fewer hypothesis-steps
+    than a search that must also be sure of the next three, and the same best translations.
+    The untrained model's EOS embedding is scaled up, so that hypotheses end before the length
+    limit, some early and some late, as a trained model's do."""
+    model = Transformer(translator.model.config)
+    model.set_weights(translator.model.get_weights())
+    embeddings = model.get_layer("shared_embedding").embeddings
+    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[EOS_ID]], [embeddings[EOS_ID] * 8]))
+    counted = Translator(model, translator.tokenizer)
+    files = [first_lines_data / f"test_2016_flickr.{language}.gz" for language in ("en", "de")]
+    score = task("multi30k", "de").score
+    translations, evaluated, steps = {}, {}, {}
+    for n_best in (1, 4):
+        search = SearchSettings(beam_size=4, n_best=n_best)
+        before = counted.hypothesis_steps
+        translations[n_best] = counted.translate(SENTENCES, search)
+        steps["translate", n_best] = counted.hypothesis_steps - before
+        before = counted.hypothesis_steps
+        output = tmp_path / f"n_best{n_best}"
+        evaluated[n_best] = evaluation.evaluate_corpus(counted, *files, output, score, search)
+        evaluated[n_best, "hyp"] = (output / "test_2016_flickr.beam4.alpha0.6.hyp").read_text()
+        steps["evaluate", n_best] = counted.hypothesis_steps - before
+    assert translations[1] == translations[4]
+    assert evaluated[1, "hyp"] == evaluated[4, "hyp"]
+    assert evaluated[1]["bleu"] == evaluated[4]["bleu"]
+    assert 0 < steps["translate", 1] < steps["translate", 4]
+    assert 0 < steps["evaluate", 1] < steps["evaluate", 4]

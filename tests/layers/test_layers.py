@@ -5,6 +5,7 @@ import math
 import numpy as np
 from keras import ops
 
+from keras_transformer import keras_internals
 from keras_transformer.layers.add_and_norm import AddAndNorm
 from keras_transformer.layers.decoder_layer import DecoderLayer
 from keras_transformer.layers.dropout import GOLDEN, Dropout, hashed_uniform_bits
@@ -147,7 +148,7 @@ def test_transformer_compile_picks_hashed_masks_only_for_xla():
     from keras_transformer import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.preset("tiny"))
-    dropouts = [layer for layer in model._flatten_layers() if isinstance(layer, Dropout)]
+    dropouts = [layer for layer in keras_internals.sublayers(model) if isinstance(layer, Dropout)]
     assert len(dropouts) >= 2 * 3  # embeddings, and every sub-layer's residual dropout
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
     assert {layer.hashed_masks for layer in dropouts} == {True}

@@ -23,6 +23,7 @@ from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.decoding.search import NEVER_GENERATED
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.ctranslate2_export import CTranslate2ExportError, export_ctranslate2
 from keras_transformer.training.trainer import compile_model
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
@@ -106,12 +107,10 @@ def engine(exported):
     return ctranslate2.Translator(str(exported), device="cpu", intra_threads=1)
 
 
-def ours(translator, sources, beam_size, alpha, extra_length):
+def ours(translator, sources, search):
     """Our `Translator`'s best ids (up to EOS, included) and scores, in one padded batch."""
     source_ids = translator.encode_sentences(sources)
-    target_ids, scores = translator.decode_ids(
-        pad_to_bucket(source_ids), beam_size, alpha, extra_length
-    )
+    target_ids, scores = translator.decode_ids(pad_to_bucket(source_ids), search)
     return [until_eos(row) for row in target_ids.numpy().tolist()], scores.numpy()
 
 
@@ -120,7 +119,7 @@ def until_eos(ids):
     return ids[: ids.index(EOS_ID) + 1] if EOS_ID in ids else ids
 
 
-def theirs(engine, translator, sources, beam_size, alpha, extra_length):
+def theirs(engine, translator, sources, search):
     """CTranslate2's best ids and scores, our search's settings mapped onto its options: one
     sentence a call, for our per-sentence limit of input length (EOS included) + extra."""
     max_length = translator.model.config.max_length
@@ -130,9 +129,9 @@ def theirs(engine, translator, sources, beam_size, alpha, extra_length):
     for source_ids in translator.encode_sentences(sources):
         (result,) = engine.translate_batch(
             [tokenizer.pieces(source_ids[:-1])],  # the export appends EOS itself
-            beam_size=beam_size,
-            length_penalty=alpha,
-            max_decoding_length=min(len(source_ids) + extra_length, max_length),
+            beam_size=search.beam_size,
+            length_penalty=search.alpha,
+            max_decoding_length=min(len(source_ids) + search.extra_length, max_length),
             min_decoding_length=0,  # ours may end at once; CTranslate2's default bans it
             return_end_token=True,  # EOS counted in |Y|, as ours counts it
             return_scores=True,
@@ -159,8 +158,9 @@ def log_probability(translator, source, target_ids):
 @pytest.mark.parametrize("extra_length", [50, 2])
 def test_greedy_translations_and_scores_equal_ours(translator, engine, sources, extra_length):
     """Extra length 2 makes some sentences stop at their limit, without EOS."""
-    our_ids, our_scores = ours(translator, sources, 1, 0.0, extra_length)
-    their_ids, their_scores = theirs(engine, translator, sources, 1, 0.0, extra_length)
+    search = SearchSettings(beam_size=1, alpha=0.0, extra_length=extra_length)
+    our_ids, our_scores = ours(translator, sources, search)
+    their_ids, their_scores = theirs(engine, translator, sources, search)
     assert their_ids == our_ids
     np.testing.assert_allclose(their_scores, our_scores, atol=2e-4, rtol=1e-5)
     ended = sum(ids[-1] == EOS_ID for ids in our_ids)
@@ -177,8 +177,9 @@ def test_beam_translations_and_scores_equal_ours_or_ours_is_more_probable(
     only among the 4 best of its step; ours among the 8 best (tensor2tensor's rule). Ours so
     holds every finished hypothesis CTranslate2 holds, and some more: where the two differ,
     ours is more probable, and CTranslate2's was our model's log-probability all the same."""
-    our_ids, our_scores = ours(translator, sources, 4, 0.0, extra_length)
-    their_ids, their_scores = theirs(engine, translator, sources, 4, 0.0, extra_length)
+    search = SearchSettings(beam_size=4, alpha=0.0, extra_length=extra_length)
+    our_ids, our_scores = ours(translator, sources, search)
+    their_ids, their_scores = theirs(engine, translator, sources, search)
     differ = [i for i, ids in enumerate(our_ids) if ids != their_ids[i]]
     same = [i for i in range(len(sources)) if i not in differ]
     np.testing.assert_allclose(their_scores[same], our_scores[same], atol=2e-4, rtol=1e-5)
@@ -191,7 +192,7 @@ def test_beam_translations_and_scores_equal_ours_or_ours_is_more_probable(
 
 def test_length_normalized_scores_are_our_models(translator, engine, sources):
     """α = 0.6: each of CTranslate2's hypotheses scores log P(Y) / |Y|^α with our model's P."""
-    their_ids, their_scores = theirs(engine, translator, sources, 4, 0.6, 50)
+    their_ids, their_scores = theirs(engine, translator, sources, SearchSettings())
     for source, ids, score in zip(sources, their_ids, their_scores, strict=True):
         expected = log_probability(translator, source, ids) / len(ids) ** 0.6
         np.testing.assert_allclose(score, expected, atol=2e-4, rtol=1e-5)

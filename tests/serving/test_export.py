@@ -16,8 +16,9 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
 from keras_transformer import cli
-from keras_transformer.decoding.search import SEARCH, beam_decode, greedy_decode
+from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.saved_model import (
     WARMUP_REQUESTS,
     TranslationModule,
@@ -30,6 +31,9 @@ from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 
 pytestmark = pytest.mark.slow  # exports SavedModels (XLA) and TFLite models
+
+# The search settings a signature takes as tensors.
+SEARCH_INPUTS = ("beam_size", "alpha", "extra_length")
 
 # A process that knows only TensorFlow and tensorflow-text (for its ops), like a deployment.
 LOAD_AND_TRANSLATE = """
@@ -114,7 +118,9 @@ def test_fresh_process_translates_real_sentences_as_keras_does(exported, transla
     )
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     served = json.loads(loaded.stdout.strip().splitlines()[-1])
-    assert served["translations"] == translator.translate(sentences, beam_size=4, alpha=0.6)
+    assert served["translations"] == translator.translate(
+        sentences, SearchSettings(beam_size=4, alpha=0.6)
+    )
     assert any(served["translations"])
 
 
@@ -130,7 +136,7 @@ def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, transl
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
     serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
     served = [t.decode("utf-8") for t in serve(text=tf.constant(sentences))["translations"].numpy()]
-    assert served == translator.translate(sentences, beam_size=4, alpha=0.6)
+    assert served == translator.translate(sentences, SearchSettings(beam_size=4, alpha=0.6))
 
 
 # Requests of 3, 4, 5 and 6 rows, one width, in a process whose XLA dumps what it compiles.
@@ -162,7 +168,7 @@ def compiled_searches(script, version, dump):
         check=True,
         capture_output=True,
     )
-    return [path.name for path in dump.glob("*n_best_hypotheses*.before_optimizations.txt")]
+    return [path.name for path in dump.glob("*search_n_best*.before_optimizations.txt")]
 
 
 def read_warmup(version):
@@ -177,12 +183,13 @@ def test_jit_export_warms_up_every_padded_width_with_the_default_search(exported
     assert signatures == ["translate_ids"] * 3 + ["serving_default"]
     widths = [tf.make_ndarray(r.inputs["source_ids"]).shape for r in requests[:3]]
     assert widths == [(1, 8), (1, 16), (1, 24)]
-    search = {k: tf.make_ndarray(requests[0].inputs[k]).item() for k in SEARCH}
-    assert search == pytest.approx(SEARCH)
+    paper = SearchSettings()
+    search = [tf.make_ndarray(requests[0].inputs[k]).item() for k in SEARCH_INPUTS]
+    assert search == pytest.approx([paper.beam_size, paper.alpha, paper.extra_length])
 
 
 def test_warmup_requests_cover_each_batch_size_asked_for_at_every_width():
-    logs = warmup_requests("m", max_length=20, search=SEARCH, batch_sizes=(1, 3))
+    logs = warmup_requests("m", max_length=20, search=SearchSettings(), batch_sizes=(1, 3))
     shapes = [
         tf.make_ndarray(log.predict_log.request.inputs["source_ids"]).shape for log in logs[:-1]
     ]
@@ -346,11 +353,12 @@ def test_options_signature_returns_the_translators_n_best_and_scores(
 ):
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:5]
     serve = tf.saved_model.load(str(request.getfixturevalue(export) / "1")).signatures
-    search = {"beam_size": beam_size, "alpha": 0.6, "extra_length": 5}
+    search = SearchSettings(beam_size=beam_size, alpha=0.6, extra_length=5, n_best=beam_size)
     served = serve["translate_options"](
-        text=tf.constant(sentences), **{k: tf.constant(v) for k, v in search.items()}
+        text=tf.constant(sentences),
+        **{name: tf.constant(getattr(search, name)) for name in SEARCH_INPUTS},
     )
-    expected = translator.translate_n_best(sentences, beam_size, **search)
+    expected = translator.translate_n_best(sentences, search)
     texts = served["n_best_translations"].numpy()
     assert texts.shape == (5, beam_size)
     assert [[t.decode() for t in row] for row in texts] == [[h.text for h in e] for e in expected]
@@ -395,7 +403,7 @@ def test_requests_within_the_set_trace_nothing_new(translator):
             search = {"alpha": tf.constant(0.6), "extra_length": tf.constant(extra_length)}
             module.serve_text_options(text, tf.constant(beam_size), **search)
     assert module.serve_text_options.experimental_get_tracing_count() == 1
-    assert module._compiled_search.experimental_get_tracing_count() == len(module.beam_sizes)
+    assert module._n_best.experimental_get_tracing_count() == len(module.beam_sizes)
 
 
 # Two beam sizes at three extra lengths each, one request shape, XLA dumping what it compiles.

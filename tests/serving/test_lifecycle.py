@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 import urllib.request
 
 import pytest
 
 from keras_transformer import cli
+from keras_transformer.serving import lifecycle
 from keras_transformer.serving.lifecycle import ServedModel, version_directories
 from keras_transformer.serving.server import ModelServer
 from repo_paths import REPO_ROOT
@@ -103,6 +105,50 @@ def test_versions_swap_in_and_a_corrupt_one_leaves_the_previous_serving(exported
         model.versions[4].release()
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # loads two SavedModel versions
+def test_a_version_copied_in_two_steps_is_retried_with_backoff(
+    exported, tmp_path, monkeypatch, caplog
+):
+    now = [0.0]
+    monkeypatch.setattr(lifecycle, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    base = tmp_path / NAME
+    shutil.copytree(exported / "1", base / "1")
+    model = ServedModel(NAME, base, max_load_retries=2, retry_interval_s=10.0)
+    # The first step of the copy: every file is there, the variables' data only in part.
+    shutil.copytree(exported / "1", base / "2")
+    [data] = (base / "2" / "variables").glob("variables.data-*")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+
+    model.poll()
+    assert model.version == 1 and model.versions[2].state == "END" and model.versions[2].error
+    failed = model.versions[2]
+    now[0] = 9.0  # before the backoff's end: not tried again
+    model.poll()
+    assert model.versions[2] is failed
+    now[0] = 10.0  # tried again, failing again: the next try waits twice as long
+    model.poll()
+    assert model.versions[2] is not failed and model.versions[2].state == "END"
+    failed = model.versions[2]
+    now[0] = 29.0
+    model.poll()
+    assert model.versions[2] is failed
+
+    shutil.copyfile(next((exported / "1" / "variables").glob("variables.data-*")), data)
+    now[0] = 30.0  # the second step of the copy is done: the retry loads it
+    model.poll()
+    assert model.version == 2 and model.versions[2].state == "AVAILABLE"
+    assert model.versions[1].state == "END"
+
+    corrupt(base / "3")  # a version that never loads is given up after its retries
+    for now[0] in (30.0, 40.0, 60.0):
+        model.poll()
+    assert "giving up after 3 loads" in caplog.text
+    failed = model.versions[3]
+    now[0] = 1e9
+    model.poll()
+    assert model.versions[3] is failed and model.version == 2
 
 
 @pytest.mark.slow  # starts `keras-transformer serve` in a process of its own

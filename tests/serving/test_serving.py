@@ -23,6 +23,7 @@ from tensorflow_serving.apis import (
 )
 
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.batching import BatchingParameters
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.server import ModelServer, ServedModel
@@ -41,7 +42,7 @@ def _seed():
 
 @pytest.fixture(scope="module")
 def expected(run_dir):
-    return load_run(run_dir).translate(SENTENCES, beam_size=4, alpha=0.6)
+    return load_run(run_dir).translate(SENTENCES, SearchSettings(beam_size=4, alpha=0.6))
 
 
 LIMITS = Limits(max_sentences=8, max_source_length=200)

@@ -3,9 +3,11 @@
 Usage: python multi_worker_shards.py PREPARED_DIR OUTPUT.json BATCH_TOKENS MAX_LENGTH
 (TF_CONFIG set by the caller)
 
-Builds MultiWorkerMirroredStrategy, reads one epoch of the prepared train split through
-`strategy.distribute_datasets_from_function`, as the trainer's `prepared_shards` does, and writes
-every real (non-padding) row this worker's replicas got, with the input context it was given.
+Builds MultiWorkerMirroredStrategy and reads one epoch of the prepared train split in the
+trainer's own mode: repeated through `strategy.distribute_datasets_from_function`, as the
+trainer's `prepared_shards` reads it, for the steps `trainer.steps_per_epoch` counts from the
+pairs' lengths. Writes every row this worker's replicas got, with the input context it was given
+and the steps it read.
 """
 
 import json
@@ -13,12 +15,14 @@ import sys
 
 import tensorflow as tf
 
-from pipelines.batching import BatchingSettings
-from pipelines.prepared import prepared_dataset
+from keras_transformer.training.trainer import steps_per_epoch
+from pipelines.batching import BatchingSettings, batches_per_pass
+from pipelines.prepared import prepared_dataset, prepared_length_counts
 
 
 def main(directory, output, batch_tokens, max_length):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    boundaries = [max_length + 1]  # one bucket: every batch holds the same number of pairs
     contexts = []
 
     def batches(context):
@@ -32,31 +36,30 @@ def main(directory, output, batch_tokens, max_length):
         return prepared_dataset(
             directory,
             "train",
-            BatchingSettings(batch_tokens, max_length, shuffle=True, seed=7, repeat=False),
+            BatchingSettings(
+                batch_tokens, max_length, boundaries, shuffle=True, seed=7, repeat=True
+            ),
             num_shards=context.num_input_pipelines,
             shard_index=context.input_pipeline_id,
         )
 
+    counts = prepared_length_counts(directory, "train", max_length)
+    pass_batches = batches_per_pass(counts, batch_tokens, max_length, boundaries)
+    steps = steps_per_epoch(pass_batches, strategy.num_replicas_in_sync)
+    rows = []
     dataset = strategy.distribute_datasets_from_function(batches)
-    rows, batch_count, empty_batches = [], 0, 0
-    # The iterator agrees with the other worker on whether any still has data: a worker whose
-    # share runs out first gets empty batches until the other's ends too.
-    for batch in dataset:
-        batch_count += 1
+    for _, batch in zip(range(steps), dataset, strict=False):  # the steps of one epoch
         (sources, _), targets = tf.nest.map_structure(strategy.experimental_local_results, batch)
-        empty_batches += not any(len(source) for source in sources)
         for source, target in zip(sources, targets, strict=True):  # this worker's replicas
             for source_row, target_row in zip(source.numpy(), target.numpy(), strict=True):
-                if source_row.any():  # not a padding row
-                    rows.append(
-                        [source_row[source_row != 0].tolist(), target_row[target_row != 0].tolist()]
-                    )
+                rows.append(
+                    [source_row[source_row != 0].tolist(), target_row[target_row != 0].tolist()]
+                )
     result = {
         "contexts": contexts,
         "task_id": strategy.cluster_resolver.task_id,
         "num_replicas_in_sync": strategy.num_replicas_in_sync,
-        "batches": batch_count,
-        "empty_batches": empty_batches,
+        "steps": steps,
         "rows": rows,
     }
     with open(output, "w") as file:

@@ -8,6 +8,7 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.training.distillation import mirrored_paths
 from pipelines import corpus_files
 from pipelines.corpus import CorpusError, read_lines
@@ -27,7 +28,7 @@ def test_distill_writes_the_training_pairs_then_their_translations(
     cli.main(["distill", *arguments, "--output", str(output)])
 
     english, german = (read_lines(first_lines_data / f"train.{lang}.gz") for lang in ("en", "de"))
-    teacher = load_run(run_dir).translate(english, 2, extra_length=EXTRA)
+    teacher = load_run(run_dir).translate(english, SearchSettings(2, extra_length=EXTRA))
     kept = ([], []) if translations_only else (english, german)
     assert read_lines(output / "train.en.gz") == kept[0] + english
     assert read_lines(output / "train.de.gz") == kept[1] + teacher
@@ -86,7 +87,7 @@ def test_a_teacher_on_prepared_data_distills_the_text_it_was_prepared_from(
 
     english, german = (read_lines(first_lines_data / f"train.{lang}.gz") for lang in ("en", "de"))
     assert read_lines(output / "train.en.gz") == english + english
-    translations = load_run(teacher).translate(english, 2, extra_length=EXTRA)
+    translations = load_run(teacher).translate(english, SearchSettings(2, extra_length=EXTRA))
     assert read_lines(output / "train.de.gz") == german + translations
     assert (output / "val.de.gz").resolve() == (first_lines_data / "val.de.gz").resolve()
 

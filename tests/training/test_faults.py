@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import TransformerConfig, cli
+from durable_files import WriteError
+from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.run_directory import (
     CheckpointError,
     DivergenceError,
@@ -34,7 +35,6 @@ from keras_transformer.training.callbacks import (
     RollingCheckpoints,
 )
 from keras_transformer.training.trainer import compile_model
-from pipelines.corpus import WriteError
 from repo_paths import REPO_ROOT
 
 CONFIG = TransformerConfig.preset(
@@ -252,6 +252,23 @@ def test_an_unreadable_backup_without_a_readable_checkpoint_is_an_error(tmp_path
         callback.on_train_begin()
     assert "no readable checkpoint" in str(failed.value)
     assert Path(tmp_path / "backup").is_dir()  # left where it was, for a person to look at
+
+
+def test_an_error_that_is_not_the_backup_files_propagates_and_keeps_the_backup(tmp_path):
+    model = compile_model(CONFIG)
+    model.fit(*toy_data(), batch_size=4, verbose=0, callbacks=run_callbacks(tmp_path)[1:])
+    backup = sorted(p.name for p in (tmp_path / "backup").iterdir())
+    callback = ResumableBackup(tmp_path / "backup", tmp_path / "checkpoints")
+    # A configuration error: a model of another shape than the backup's.
+    callback.set_model(compile_model(CONFIG.replace(num_layers=2)))
+    with pytest.raises(ValueError):
+        callback.on_train_begin()
+    # An API error: a model without an optimizer to restore.
+    callback.set_model(Transformer(CONFIG))
+    with pytest.raises(AttributeError):
+        callback.on_train_begin()
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == backup
+    assert not list(tmp_path.glob("backup-unreadable-*"))
 
 
 # -- the command line: one line, and a run that goes on ---------------------------------------

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import read_lines
 from repo_paths import REPO_ROOT
 
@@ -70,4 +71,4 @@ def test_a_jax_run_exports_a_saved_model_that_translates_as_tensorflow_does(
     sentences = read_lines(multi30k_slice / "test_2016_flickr.en.gz")[:8]
     serve = tf.saved_model.load(str(base / "1")).signatures["serving_default"]
     served = [t.decode() for t in serve(text=tf.constant(sentences))["translations"].numpy()]
-    assert served == load_run(jax_run).translate(sentences, beam_size=4, alpha=0.6)
+    assert served == load_run(jax_run).translate(sentences, SearchSettings(beam_size=4, alpha=0.6))

@@ -11,6 +11,7 @@ from invented_language import invented_pairs, write_pairs
 from keras_transformer import cli
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.run_directory import read_settings
+from keras_transformer.search_settings import SearchSettings
 from pipelines.prepared import prepared_vocabulary
 
 pytestmark = pytest.mark.slow  # trains through the CLI
@@ -100,8 +101,7 @@ def test_a_wordpiece_run_translates_and_exports_as_its_keras_translator(tmp_path
     assert translator.tokenizer.kind == "wordpiece"
 
     sentences = (prepared / "test.source.txt").read_text(encoding="utf-8").splitlines()[:4]
-    search = {"beam_size": 2, "alpha": 0.6, "extra_length": 10}
-    expected = translator.translate(sentences, **search)
+    expected = translator.translate(sentences, SearchSettings(2, 0.6, 10))
     (tmp_path / "input.xx").write_text("".join(f"{s}\n" for s in sentences), encoding="utf-8")
     capsys.readouterr()
     beam = ["--beam", "2", "--extra-length", "10"]
