@@ -174,7 +174,7 @@ def test_a_skipped_bad_batch_changes_nothing_and_is_counted(tmp_path, caplog):
     assert all(np.isfinite(r["loss"]) for r in records if "loss" in r)
 
     weights[5] = np.inf
-    bad_norm = r"at step 5: the gradient norm is (nan|inf) in bad batch 2, past --skip-bad-batches"
+    bad_norm = r"at step 5: the gradient norm is (nan|inf) in bad batch 2, past skip_bad_batches"
     with pytest.raises(DivergenceError, match=bad_norm):
         skipping_fit((source, target_in), target, weights, tmp_path / "twice", skip_budget=1)
 
