@@ -21,25 +21,23 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(VENV)/bin/pip install --quiet --no-deps --editable .
 	touch $@
 
-# The main job: tokenize Multi30k EN->DE once into shards (`prepare`; a rerun is a no-op), train
-# a small model on them for a few minutes (rerunning resumes and trains further), average its
-# last checkpoints, beam-decode and score the test split, translate two sentences, draw their
-# attention, and export a SavedModel for TensorFlow Serving.
-# Training runs TensorFlow's kernels and the scoring XLA: in a few minutes XLA's compilations
-# cost more updates than its faster steps give back, while the beam search over the 1,000 test
-# sentences runs faster compiled, with the same output (docs/PERFORMANCE.md).
+# The main job: tokenize Multi30k EN->DE once into shards (`prepare`, shared with the recipes
+# below; a rerun is a no-op), train the `multi30k` preset on them for DEMO_STEPS updates compiled
+# with XLA (the preset and setting that learn fastest here: docs/RESULTS.md), average its last
+# checkpoints, beam-decode and score the test split, translate two sentences, draw their
+# attention, and export a SavedModel for TensorFlow Serving. A number of updates, not minutes:
+# the model translates as well on a slow or loaded machine, only later. Rerunning resumes, and
+# DEMO_STEPS=N trains on to N.
+M30K_PREPARED ?= runs/prepared
+M30K_VOCAB_SIZE := 8000
 DEMO_RUN ?= runs/demo
-DEMO_PREPARED ?= runs/demo-data
-DEMO_MINUTES ?= 6
+DEMO_STEPS ?= 1000
 # Without $(DATA_DIR), `prepare` downloads Multi30k into $$KT_DATA_HOME/multi30k.
 M30K_TEXT = $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR))
-demo: install
-	$(PYTHON) -m keras_transformer prepare --dataset multi30k $(M30K_TEXT) --src-lang en \
-		--tgt-lang de --output $(DEMO_PREPARED)
-	$(PYTHON) -m keras_transformer train --preset small --data $(DEMO_PREPARED) \
-		--output $(DEMO_RUN) --set residual_dropout=0.2 --set warmup_steps=300 \
-		--batch-tokens 2048 --max-minutes $(DEMO_MINUTES) --checkpoint-every 25 --bleu-every 0 \
-		--log-every 20
+demo: install $(M30K_PREPARED)/multi30k-ende/manifest.json
+	$(PYTHON) -m keras_transformer train --preset multi30k --data $(M30K_PREPARED)/multi30k-ende \
+		--output $(DEMO_RUN) --jit-compile --max-steps $(DEMO_STEPS) --checkpoint-every 100 \
+		--bleu-every 0 --log-every 50
 	$(PYTHON) -m keras_transformer average $(DEMO_RUN) --last 3
 	$(PYTHON) -m keras_transformer evaluate --model $(DEMO_RUN) --split test_2016_flickr \
 		--beam 4 --alpha 0.6 --jit-compile
@@ -53,8 +51,6 @@ demo: install
 # no-op) into $(M30K_PREPARED)/multi30k-en<tgt>: the training pairs' shards, the shared BPE
 # vocabulary of the `multi30k` preset's 8,000 entries learned from them as `train --data-dir`
 # learned it, and the text of val and test_2016_flickr, which evaluation scores.
-M30K_PREPARED ?= runs/prepared
-M30K_VOCAB_SIZE := 8000
 m30k_data = $(M30K_PREPARED)/multi30k-en$(1)
 # Kept: make would otherwise delete a manifest it made on the way, as an intermediate file.
 .PRECIOUS: $(M30K_PREPARED)/multi30k-en%/manifest.json
