@@ -30,7 +30,7 @@ from workload import common, machine_description, matmul_ceiling_gflops, workloa
 
 from keras_transformer import Transformer
 from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.trainer import PRECISIONS
+from keras_transformer.training.training_run import PRECISIONS
 
 
 class StepClock(keras.callbacks.Callback):

@@ -209,7 +209,7 @@ class TransformerConfig:
         for assignment in assignments:
             key, sep, raw = assignment.partition("=")
             if not sep:
-                raise ConfigError(f"--set expects key=value, got {assignment!r}")
+                raise ConfigError(f"an override is key=value, not {assignment!r}")
             changes[key.strip()] = _parse_value(raw.strip())
         return self.replace(**changes)
 

@@ -41,6 +41,7 @@ from typing import Any
 from durable_files import hold_lock, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
+from keras_transformer.errors import KerasTransformerError
 
 logger = logging.getLogger(__name__)
 
@@ -75,28 +76,23 @@ CHANGEABLE_ON_RESUME = frozenset(
         "learning_rate_scale",
     }
 )
-# The data a run's vocabulary and weights were trained on, with the flag that names it: a resume
-# that changed one would train on the other data with them, and score as if it never had.
-DATA_FLAGS = {
-    "dataset": "--dataset",
-    "source_language": "--src",
-    "target_language": "--tgt",
-    "lowercase": "--lowercase",
-}
+# The settings that name the data a run's vocabulary and weights were trained on: a resume that
+# changed one would train on the other data with them, and score as if it never had.
+DATA_SETTINGS = ("dataset", "source_language", "target_language", "lowercase")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(KerasTransformerError, RuntimeError):
     """A checkpoint file is missing or unreadable; the message names the file."""
 
 
-class DivergenceError(RuntimeError):
+class DivergenceError(KerasTransformerError, RuntimeError):
     """Training produced a non-finite loss, gradient or weight; nothing non-finite was saved."""
 
 
 # How to go on after a `DivergenceError`.
 DIVERGENCE_REMEDY = (
-    "nothing non-finite was saved: rerun to resume from the last backup, adding "
-    "--set learning_rate_scale=<lower> --allow-training-changes for a lower learning rate"
+    "nothing non-finite was saved: rerun to resume from the last backup, with a lower "
+    "learning_rate_scale in the config and allow_training_changes for a lower learning rate"
 )
 
 
@@ -162,8 +158,8 @@ def check_same_data_files(run, data_files: dict):
         if not run.allow_training_changes:
             raise ConfigError(
                 f"{run.output / SETTINGS_FILE} was trained on other data ({saved}), this rerun "
-                f"reads {data_files}: add --allow-training-changes to go on with the new data, "
-                "or use another --output"
+                f"reads {data_files}: set allow_training_changes to go on with the new data, "
+                "or use another output"
             )
         logger.warning("resuming %s on changed data (saved, now): %s", run.output, data_files)
         change = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data_files": [saved, data_files]}
@@ -192,21 +188,18 @@ def trainer_lock(run_dir):
         holder = path.read_text(encoding="utf-8").strip() or "another process"
         raise ConfigError(
             f"{run_dir} is being trained by {holder} (it holds {path}): one trainer per run "
-            "directory; wait for it to finish or stop it, or use another --output"
+            "directory; wait for it to finish or stop it, or use another output"
         ) from None
 
 
 def check_same_data(run_path: Path, saved_run: dict, run):
     """Raises unless `run` reads the data that the run saved in `run_path` was trained on. A
     field missing from an older run.json is taken as the default of `run`'s class."""
-    for field, flag in DATA_FLAGS.items():
+    for field in DATA_SETTINGS:
         saved, requested = saved_run.get(field, getattr(type(run), field)), getattr(run, field)
         if saved == requested:
             continue
-        if field == "lowercase":
-            hint = f"{'add' if saved else 'drop'} {flag} to resume"
-        else:
-            hint = f"{flag} {saved} resumes it; another --output starts a new run"
+        hint = f"{field}={saved!r} resumes it; another output starts a new run"
         raise ConfigError(
             f"{run_path} was trained with {field}={saved!r}, this rerun asks for {requested!r}: "
             f"{hint}"
@@ -222,17 +215,17 @@ def changes_from_saved(config_path: Path, config: TransformerConfig) -> dict:
 
 
 def check_resume_changes(config_path: Path, changed: dict, allowed: bool):
-    """Raises unless every change is one `--allow-training-changes` permits, and it is given."""
+    """Raises unless every change is one `allow_training_changes` permits, and it is given."""
     fixed = sorted(set(changed) - CHANGEABLE_ON_RESUME)
     if fixed or not allowed:
         hint = (
             f"{fixed} fix the model or its schedule"
             if fixed
-            else "add --allow-training-changes to resume with them"
+            else "set allow_training_changes to resume with them"
         )
         raise ConfigError(
             f"{config_path} holds a different configuration (saved, requested): {changed}; "
-            f"{hint}, or use another --output"
+            f"{hint}, or use another output"
         )
 
 
@@ -268,16 +261,16 @@ def check_subwords(run):
 
     held = run.output / SUBWORDS_FILE
     if not run.subwords.is_file():
-        raise ConfigError(f"--subwords {run.subwords}: no such file")
+        raise ConfigError(f"subwords {run.subwords}: no such file")
     if held.exists() and held.read_bytes() != run.subwords.read_bytes():
         raise ConfigError(
-            f"--subwords {run.subwords} is not the vocabulary {held} this run began with, which "
-            "its weights index: resume without --subwords, or start a new run with another --output"
+            f"subwords {run.subwords} is not the vocabulary {held} this run began with, which "
+            "its weights index: resume without subwords, or start a new run with another output"
         )
     try:
         check_sentencepiece_model(run.subwords, vocabulary_kind(run.dataset), run.lowercase)
     except ValueError as error:
-        raise ConfigError(f"--subwords: {error}") from error
+        raise ConfigError(f"subwords: {error}") from error
 
 
 def adopt_subwords(run):

@@ -102,7 +102,7 @@ def default_data_dir(dataset) -> Path:
     chosen = _dataset(dataset)
     if chosen.data_dir is None:
         raise CorpusError(
-            f"--dataset {dataset} needs --data-dir: the directory it is downloaded and prepared in"
+            f"dataset {dataset} needs a data_dir: the directory it is downloaded and prepared in"
         )
     if not Path(chosen.data_dir).is_dir() and chosen.download:
         return chosen.download()

@@ -250,7 +250,7 @@ def corpus_description(
             raise CorpusError(f"the validation and test splits of {dataset} are its own")
         return _named_corpus(dataset, data_dir, languages)
     if data_dir is not None:
-        raise CorpusError("a data directory goes with a dataset the trainer names (--dataset)")
+        raise CorpusError("a data directory goes with a dataset the trainer names")
     if tfds_name is not None:
         if validation or test:
             raise CorpusError("a TFDS dataset's validation and test come from its split names")
@@ -285,7 +285,7 @@ def _vocabulary_kind(corpus, asked) -> str:
     if own == "word" and asked not in (None, own):
         raise CorpusError(
             f"{named} needs a word vocabulary (one token per word, as `train --dataset {named}` "
-            f"trains), not {asked}: drop --vocabulary"
+            f"trains), not {asked}: leave the vocabulary unset"
         )
     return asked or own or "bpe"
 

@@ -169,7 +169,7 @@ def input_text_files(directory) -> dict[str, tuple[Path, Path]]:
     if corpus["kind"] != "text":
         raise CorpusError(
             f"{directory} was prepared from a {corpus['kind']} corpus, not from a text file a "
-            "side: distill reads the text a corpus was prepared from (prepare --train or --dataset)"
+            "side: distill reads the text a corpus was prepared from (text files or a dataset)"
         )
     return {
         split: tuple(

@@ -368,8 +368,8 @@ def corpus_files(data_dir, source_language=SOURCE, target_language=TARGET, cache
     if source_language != SOURCE or target_language not in TARGETS:
         raise CorpusError(
             f"the Penn Treebank sample pairs {SOURCE!r} with {TARGET!r} or {LEXICALIZED!r}, not "
-            f"{source_language!r} with {target_language!r}: train with --src {SOURCE} --tgt "
-            f"{TARGET} (or --tgt {LEXICALIZED})"
+            f"{source_language!r} with {target_language!r}: use source_language {SOURCE!r} and "
+            f"target_language {TARGET!r} (or {LEXICALIZED!r})"
         )
     archive = archive_path(data_dir)
     cache_dir = Path(cache_dir or os.environ.get("KT_CACHE_DIR") or DEFAULT_CACHE_DIR)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from durable_files import WriteError
-from keras_transformer.cli import build_parser, main
+from keras_transformer.analysis.evaluation import task
+from keras_transformer.cli import build_parser, commands, main
 from keras_transformer.config import ConfigError, TransformerConfig
 from keras_transformer.run_directory import (
     check_same_data_files,
@@ -46,10 +47,10 @@ def test_a_rerun_on_the_same_data_resumes(tmp_path):
 @pytest.mark.parametrize(
     "changed, message",
     [
-        ({"target_language": "fr"}, r"target_language='de'.*'fr': --tgt de resumes it"),
-        ({"source_language": "de", "target_language": "en"}, r"source_language='en'.*--src en"),
-        ({"dataset": "ptb"}, r"dataset='multi30k'.*--dataset multi30k"),
-        ({"lowercase": True}, r"lowercase=False.*True: drop --lowercase"),
+        ({"target_language": "fr"}, r"target_language='de'.*'fr': target_language='de' resumes it"),
+        ({"source_language": "de", "target_language": "en"}, r"source_language='en' resumes it"),
+        ({"dataset": "ptb"}, r"dataset='multi30k'.*dataset='multi30k' resumes it"),
+        ({"lowercase": True}, r"lowercase=False.*True: lowercase=False resumes it"),
     ],
 )
 def test_a_rerun_on_other_data_is_refused_and_changes_nothing(tmp_path, changed, message):
@@ -90,11 +91,11 @@ def test_a_corrupt_run_json_is_named_and_left_as_it_is(tmp_path):
 @pytest.mark.parametrize(
     "option, value, flag",
     [
-        ("log_every", 0, "--log-every 0 must be positive"),
-        ("keep_checkpoints", 0, "--keep-checkpoints 0 must be positive"),
-        ("accumulate", 0, "--accumulate 0 must be positive"),
-        ("max_minutes", -1.0, "--max-minutes -1.0 must be positive"),
-        ("bleu_every", -5, "--bleu-every -5 must be positive, or 0 for never"),
+        ("log_every", 0, "log_every 0 must be positive"),
+        ("keep_checkpoints", 0, "keep_checkpoints 0 must be positive"),
+        ("accumulate", 0, "accumulate 0 must be positive"),
+        ("max_minutes", -1.0, "max_minutes -1.0 must be positive"),
+        ("bleu_every", -5, "bleu_every -5 must be positive, or 0 for never"),
     ],
 )
 def test_an_option_out_of_range_is_named_before_anything_is_written(tmp_path, option, value, flag):
@@ -104,26 +105,30 @@ def test_an_option_out_of_range_is_named_before_anything_is_written(tmp_path, op
     make_run(tmp_path, bleu_every=0, checkpoint_every=0)  # 0: never
 
 
+def test_a_count_out_of_range_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["average", "run", "--last", "0"])
+    assert "is below" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
-    "argv",
+    "argv, message",
     [
-        ["average", "run", "--last", "0"],
-        ["evaluate", "--model", "run", "--beam", "0"],
-        ["translate", "--model", "run", "--extra-length", "-1"],
-        ["export", "--model", "run", "--output", "out", "--beam", "-2"],
+        (["evaluate", "--model", "run", "--beam", "0"], "beam_size 0 must be an integer of at"),
+        (["translate", "--model", "run", "--extra-length", "-1"], "extra_length -1 must be"),
+        (["export", "--model", "run", "--output", "out", "--beam", "-2"], "beam_size -2 must"),
     ],
 )
-def test_a_count_out_of_range_is_refused_by_the_parser(argv, capsys):
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(argv)
-    assert "is below" in capsys.readouterr().err
+def test_a_search_setting_out_of_range_is_refused_by_its_name(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        commands.searched(task("multi30k", "de"), build_parser().parse_args(argv))
 
 
 @pytest.mark.parametrize(
     "data, error",
     [
         (["--data-dir", "none"], "Multi30k files missing: ['none/train.en.gz'"),
-        (["--dataset", "wmt14"], "--dataset wmt14 needs --data-dir"),
+        (["--dataset", "wmt14"], "dataset wmt14 needs a data_dir"),
     ],
 )
 def test_the_command_line_reports_a_user_error_in_one_line(tmp_path, monkeypatch, data, error):
@@ -149,8 +154,8 @@ def test_a_wall_clock_budget_across_workers_is_refused_before_anything_is_writte
     argv = ["train", "--preset", "tiny", "--data-dir", str(multi30k_dir), "--max-minutes", "5"]
     with pytest.raises(SystemExit) as stop:
         main([*argv, "--output", str(tmp_path / "run")])
-    assert "--max-minutes under MultiWorkerMirroredStrategy" in str(stop.value)
-    assert "--max-steps" in str(stop.value)
+    assert "max_minutes under MultiWorkerMirroredStrategy" in str(stop.value)
+    assert "bound the run with max_steps" in str(stop.value)
     assert not (tmp_path / "run").exists()
 
 
@@ -187,7 +192,7 @@ def test_a_resume_on_other_training_files_is_refused_unless_allowed(tmp_path):
 
 def test_a_lower_learning_rate_is_a_training_change_recorded_on_resume(tmp_path):
     make_trained(tmp_path)
-    with pytest.raises(ConfigError, match="--allow-training-changes"):
+    with pytest.raises(ConfigError, match="set allow_training_changes"):
         prepare(make_run(tmp_path), CONFIG.replace(learning_rate_scale=0.5))
     prepare(
         make_run(tmp_path, allow_training_changes=True), CONFIG.replace(learning_rate_scale=0.5)

@@ -386,8 +386,8 @@ def check_parser_run(run_dir: Path):
     target = run_directory.read_settings(run_dir).get("target_language")
     if target != "lexicalized":
         raise ConfigError(
-            f"--well-formed needs a parser trained with --tgt lexicalized; {run_dir} has "
-            f"target {target!r}"
+            "well_formed_trees needs a parser trained with target_language lexicalized; "
+            f"{run_dir} has target {target!r}"
         )
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from keras_transformer.errors import ConfigError
 from keras_transformer.serving.errors import (
     ServingError,
     bad_request,
@@ -37,13 +38,33 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BatchingParameters:
-    """TF Serving's `--enable_batching` and its batching parameters file's fields."""
+    """TF Serving's `--enable_batching` and its batching parameters file's fields; the `help` of
+    each documents it, and `keras-transformer serve`'s flags are generated from them."""
 
-    enable_batching: bool = False
-    max_batch_size: int = 32
-    batch_timeout_micros: int = 5000
-    num_batch_threads: int = 4
-    max_enqueued_batches: int = 64
+    enable_batching: bool = field(
+        default=False,
+        metadata={"help": "decode concurrent requests together (default: each on its own)"},
+    )
+    max_batch_size: int = field(default=32, metadata={"help": "sentences"})
+    batch_timeout_micros: int = field(
+        default=5000, metadata={"help": "how long a batch waits for more requests after its first"}
+    )
+    num_batch_threads: int = field(default=4, metadata={"help": "model calls at once"})
+    max_enqueued_batches: int = field(
+        default=64,
+        metadata={"help": "queue bound in batches (a request each without batching); beyond: 503"},
+    )
+
+    def __post_init__(self):
+        minimums = {
+            "max_batch_size": 1,
+            "batch_timeout_micros": 0,
+            "num_batch_threads": 1,
+            "max_enqueued_batches": 1,
+        }
+        for name, minimum in minimums.items():
+            if getattr(self, name) < minimum:
+                raise ConfigError(f"{name} {getattr(self, name)} is below {minimum}")
 
 
 @dataclass(eq=False)

@@ -6,12 +6,17 @@ shape; a REST request's lists declare theirs by their lengths, `declared_shape`)
 values. Each refusal names the limit and the `serve` flag that sets it.
 """
 
-from dataclasses import dataclass
+from __future__ import annotations
 
-import numpy as np
-import tensorflow as tf
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from keras_transformer.errors import ConfigError
 from keras_transformer.serving.errors import bad_request
+
+if TYPE_CHECKING:  # the server's flags are made from `Limits` without loading TensorFlow
+    import numpy as np
+    import tensorflow as tf
 
 
 def declared_shape(value, rank: int) -> list[int]:
@@ -30,11 +35,21 @@ def declared_shape(value, rank: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Limits:
-    """`max_sentences`: rows of a request; `max_source_length`: UTF-8 bytes of a sentence, or
-    ids of a `source_ids` row."""
+    """What one request may hold; the `help` of each field documents it, and `keras-transformer
+    serve`'s flags are generated from them."""
 
-    max_sentences: int = 64
-    max_source_length: int = 2048
+    max_sentences: int = field(
+        default=64,
+        metadata={"help": "sentences of one request", "flag": "--max-sentences-per-request"},
+    )
+    max_source_length: int = field(
+        default=2048, metadata={"help": "UTF-8 bytes of a sentence, or ids of a source_ids row"}
+    )
+
+    def __post_init__(self):
+        for name in ("max_sentences", "max_source_length"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} {getattr(self, name)} is below 1")
 
     def check_shape(self, name, shape, spec: tf.TensorSpec):
         """A declared `shape` (list of ints) for input `name` against its signature's `spec` and
@@ -61,7 +76,7 @@ class Limits:
     def check_values(self, name, array: np.ndarray, spec: tf.TensorSpec):
         """The values of input `name`: sentence lengths; integers within their dtype (a larger value
         would wrap), token ids (`*_ids`) not negative."""
-        if spec.dtype == tf.string and array.dtype.kind in "USO":
+        if spec.dtype.name == "string" and array.dtype.kind in "USO":
             texts = (v for v in array.reshape(-1) if isinstance(v, str | bytes))
             for index, value in enumerate(texts):
                 size = len(value.encode("utf-8") if isinstance(value, str) else value)

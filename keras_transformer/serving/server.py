@@ -25,6 +25,7 @@ The server binds 127.0.0.1 unless told otherwise.
 """
 
 import logging
+import signal
 import threading
 import time
 from concurrent import futures
@@ -33,6 +34,7 @@ from functools import partial
 
 import grpc
 
+from keras_transformer.errors import KerasTransformerError
 from keras_transformer.serving import grpc_service, rest
 from keras_transformer.serving.batching import BatchingParameters, BatchScheduler, Task, batch_key
 from keras_transformer.serving.errors import ServingError, deadline_exceeded, unavailable
@@ -234,3 +236,29 @@ class ModelServer:
 
     def stop(self):
         self.drain(timeout=1.0)
+
+    def serve_until_signal(self, drain_timeout=30.0, signals=(signal.SIGTERM, signal.SIGINT)):
+        """Blocks until one of `signals` arrives, then drains (`drain(drain_timeout)`).
+
+        Python installs signal handlers only from the main thread of the main interpreter, so
+        this must be called there; from another thread it raises `ServerThreadError` before
+        changing anything. The previous handlers are restored once the server has drained.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            raise ServerThreadError(
+                "serve_until_signal installs signal handlers, which Python allows only in the "
+                "main thread; from another thread, call drain() when it should stop"
+            )
+        stop = threading.Event()
+        previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in signals}
+        try:
+            while not stop.wait(3600):  # a timeout, so that the wait lets handlers run
+                pass
+            self.drain(drain_timeout)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+class ServerThreadError(KerasTransformerError, RuntimeError):
+    """`ModelServer.serve_until_signal` was called from a thread other than the main one."""

@@ -506,7 +506,7 @@ class DivergenceGuard(keras.callbacks.Callback):
         if self.skipped > self.skip_budget:
             raise DivergenceError(
                 f"training diverged at step {step}: the gradient norm is {norm} in bad batch "
-                f"{self.skipped}, past --skip-bad-batches {self.skip_budget}; {DIVERGENCE_REMEDY}"
+                f"{self.skipped}, past skip_bad_batches {self.skip_budget}; {DIVERGENCE_REMEDY}"
             )
         logger.warning(
             "step %d: skipped a batch whose gradient norm is %s (%d of --skip-bad-batches %d)",

@@ -151,21 +151,20 @@ def check_prepared_settings(run, config: TransformerConfig, manifest: dict):
     if asked != (languages["source"], languages["target"]):
         raise ConfigError(
             f"{run.data_dir} was prepared for {languages['source']}->{languages['target']}, "
-            f"not {asked[0]}->{asked[1]}: drop --src/--tgt"
+            f"not {asked[0]}->{asked[1]}: leave source_language and target_language unset"
         )
     if bool(vocabulary["lowercase"]) != run.lowercase:
-        flag = "add" if vocabulary["lowercase"] else "drop"
         raise ConfigError(
-            f"{run.data_dir} was prepared {'with' if vocabulary['lowercase'] else 'without'} "
-            f"--lowercase: {flag} --lowercase"
+            f"{run.data_dir} was prepared with lowercase={bool(vocabulary['lowercase'])}: "
+            "train with the same"
         )
     if config.subword_dropout:
         raise ConfigError(
             "subword_dropout segments each pair anew as it is read; prepared data is tokenized "
-            "once: train on the text files (--data-dir) for BPE-dropout"
+            "once: train on the text files (their dataset and data_dir) for BPE-dropout"
         )
     if run.subwords:
-        raise ConfigError("--subwords with --data: the run uses the prepared vocabulary")
+        raise ConfigError("subwords with a prepared dataset: the run uses the prepared vocabulary")
 
 
 def check_vocabulary_size(tokenizer, config: TransformerConfig):

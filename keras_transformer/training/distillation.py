@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from durable_files import write_atomically
+from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepared import input_text_files
@@ -71,6 +72,8 @@ def distill_data_dir(
             references then rises, docs/RESULTS.md).
         search: the `SearchSettings` of `Translator.translate`.
     """
+    if Path(output_dir).resolve() == Path(data_dir).resolve():
+        raise ConfigError(f"output_dir {output_dir} holds the original data: name a new directory")
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding
     source_path, target_path = files["train"]
     sources, references = read_aligned_lines(source_path, target_path)
@@ -125,7 +128,7 @@ def mirrored_paths(files, data_dir, output_dir) -> dict:
         except ValueError:
             raise CorpusError(
                 f"{paths[0]} is not a file of {data_dir}: this dataset is not read from files "
-                "in --data-dir, so a distilled copy of them would never be trained on"
+                "in data_dir, so a distilled copy of them would never be trained on"
             ) from None
         mirrored[split] = tuple(Path(output_dir) / path for path in relative)
         mirrored[split][0].parent.mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,7 @@ def create_strategy(num_devices: int | None = None) -> tf.distribute.Strategy:
     count = num_devices or 1
     if count > len(cpus):
         raise ValueError(
-            f"--devices {count} asks for more CPU devices than the {len(cpus)} configured; "
+            f"devices {count} asks for more CPU devices than the {len(cpus)} configured; "
             "logical CPU devices must be configured before TensorFlow starts"
         )
     if count == 1:
@@ -144,7 +144,7 @@ def jax_data_parallel(num_devices: int | None = None) -> int:
     devices = keras.distribution.list_devices()
     count = num_devices or len(devices)
     if count > len(devices):
-        raise ConfigError(f"--devices {count} asks for more devices than JAX's {len(devices)}")
+        raise ConfigError(f"devices {count} asks for more devices than JAX's {len(devices)}")
     if count > 1:
         keras.distribution.set_distribution(
             keras.distribution.DataParallel(devices=devices[:count])

@@ -52,96 +52,13 @@ from keras_transformer.training.distribution import (
     worker_name,
 )
 from keras_transformer.training.optimizer import create_optimizer
+from keras_transformer.training.training_run import TrainingRun
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Under XLA every batch shape is one compilation, so the buckets are few and fitted to the
 # training lengths, which keeps the padding small (docs/PERFORMANCE.md).
 XLA_BUCKETS = 6
-
-
-@dataclasses.dataclass
-class TrainingRun:
-    """Where the data is, where the run goes, and how long and how it runs.
-
-    Hyperparameters live in `TransformerConfig`; these are the settings of one run.
-    """
-
-    output: Path
-    data_dir: Path
-    dataset: str = "multi30k"
-    source_language: str = "en"
-    target_language: str = "de"
-    lowercase: bool = False
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    patience: int | None = None
-    epochs: int = 1000
-    checkpoint_every: int | None = 500
-    checkpoint_minutes: float | None = None
-    keep_checkpoints: int = 5
-    devices: int | None = None
-    accumulate: int = 1
-    skip_bad_batches: int = 0
-    allow_training_changes: bool = False
-    precision: str = "float32"
-    jit_compile: bool = False
-    seed: int | None = 1234
-    subwords: Path | None = None
-    deterministic: bool = False
-    log_every: int = 50
-    bleu_every: int | None = 1000
-    bleu_sentences: int = 200
-    verbose: int = 1
-    # The dataset whose task the run learns, searched and scored as (`task_dataset`).
-    task_dataset: str = dataclasses.field(init=False)
-
-    def __post_init__(self):
-        from pipelines.datasets import task_dataset
-
-        self.output, self.data_dir = Path(self.output), Path(self.data_dir)
-        self.task_dataset = task_dataset(self.dataset, self.data_dir)
-        self.subwords = Path(self.subwords) if self.subwords else None
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"--precision {self.precision!r} must be one of {PRECISIONS}")
-        # Caught here, before anything is written: a 0 would otherwise divide by zero in a
-        # callback (--log-every), or mean "all" where it reads as "none" (--keep-checkpoints).
-        positive = {
-            "--max-steps": self.max_steps,
-            "--max-minutes": self.max_minutes,
-            "--patience": self.patience,
-            "--epochs": self.epochs,
-            "--checkpoint-minutes": self.checkpoint_minutes,
-            "--keep-checkpoints": self.keep_checkpoints,
-            "--devices": self.devices,
-            "--accumulate": self.accumulate,
-            "--log-every": self.log_every,
-            "--bleu-sentences": self.bleu_sentences,
-        }
-        for flag, value in positive.items():
-            if value is not None and value <= 0:
-                raise ConfigError(f"{flag} {value} must be positive")
-        for flag, value in (
-            ("--checkpoint-every", self.checkpoint_every),
-            ("--bleu-every", self.bleu_every),
-            ("--skip-bad-batches", self.skip_bad_batches),
-        ):
-            if value is not None and value < 0:
-                raise ConfigError(f"{flag} {value} must be positive, or 0 for never")
-        if self.skip_bad_batches and self.precision == "mixed_float16":
-            # Float16 training runs under Keras's LossScaleOptimizer, which skips the steps
-            # whose scaled gradients overflow by design and hides the inner optimizer's
-            # `skip_non_finite`: the two rules would fight over the same steps.
-            raise ConfigError(
-                "skip_bad_batches with precision 'mixed_float16': loss scaling already skips "
-                "the steps whose gradients overflow; set skip_bad_batches=0 or another precision"
-            )
-
-    def to_dict(self):
-        return {
-            k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()
-        }
 
 
 def compile_model(
@@ -440,14 +357,14 @@ def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -
         return None
     if not bfloat16_units:
         return (
-            "--precision mixed_bfloat16 on a CPU without bfloat16 units (no amx_bf16 or "
+            "precision mixed_bfloat16 on a CPU without bfloat16 units (no amx_bf16 or "
             "avx512_bf16 in /proc/cpuinfo): TensorFlow emulates bfloat16, which trains several "
-            "times slower than float32; use --precision float32"
+            "times slower than float32; use precision float32"
         )
     if run.jit_compile:
         return (
-            "--precision mixed_bfloat16 with --jit-compile on a CPU: XLA's CPU backend does not "
-            "use the bfloat16 units, TensorFlow's oneDNN kernels do; drop --jit-compile"
+            "precision mixed_bfloat16 with jit_compile on a CPU: XLA's CPU backend does not "
+            "use the bfloat16 units, TensorFlow's oneDNN kernels do; drop jit_compile"
         )
     return None
 
@@ -479,8 +396,8 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
         # Each worker would stop by its own clock, one step apart at worst, and the one still
         # going would wait in that step's all-reduce for the others for ever.
         raise ConfigError(
-            "--max-minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
-            "would stop each worker at its own step; bound the run with --max-steps"
+            "max_minutes under MultiWorkerMirroredStrategy (TF_CONFIG names several tasks) "
+            "would stop each worker at its own step; bound the run with max_steps"
         )
     on_jax = keras.backend.backend() == "jax"
     run = for_jax(run) if on_jax else run
@@ -517,12 +434,12 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
     replicas = strategy.num_replicas_in_sync
     if run.skip_bad_batches and replicas > 1:
         raise ConfigError(
-            f"--skip-bad-batches needs a single replica, not {replicas}: the skipped update is "
+            f"skip_bad_batches needs a single replica, not {replicas}: the skipped update is "
             "decided inside the step, where MirroredStrategy's update cannot be"
         )
     if run.accumulate > 1 and replicas > 1:
         raise ConfigError(
-            f"--accumulate {run.accumulate} needs a single replica, not {replicas}: Keras "
+            f"accumulate {run.accumulate} needs a single replica, not {replicas}: Keras "
             "accumulates gradients only outside MirroredStrategy"
         )
     # The batch of config.batch_tokens is split over the replicas and the accumulated
@@ -533,8 +450,8 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         raise ConfigError(
             f"batch_tokens {config.batch_tokens} over {micro_batches} micro-batch(es) leaves "
             f"{config.batch_tokens // micro_batches} tokens a batch, less than one sentence of "
-            f"max_length {config.max_length}: raise --batch-tokens, or use fewer --accumulate "
-            "micro-batches or --devices"
+            f"max_length {config.max_length}: raise batch_tokens, or use fewer accumulate "
+            "micro-batches or devices"
         )
     data = training_data(run, config, config.batch_tokens // micro_batches)
     run_directory.check_same_data_files(run, data.identity)
@@ -542,15 +459,15 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
         raise ConfigError(
             f"no training pair to train on in {run.data_dir}: the training split is empty, or "
             f"every pair is longer than max_length={config.max_length} subwords (raise it with "
-            "--set max_length=N)"
+            "the config's max_length)"
         )
     tokenizer = data.tokenizer
     check_workers_agree(
         strategy,
         tokenizer.fingerprint(),
         f"the vocabulary {tokenizer.path} (a checksum of its pieces)",
-        "Every worker learns it from its own copy of the training files, or takes --subwords: "
-        "give all of them the same files and flags (the chief's run keeps the one it learned)",
+        "Every worker learns it from its own copy of the training files, or takes subwords: "
+        "give all of them the same files and settings (the chief's run keeps the one it learned)",
     )
     boundaries = length_buckets(config, run, data.length_counts)
 
@@ -630,11 +547,11 @@ def for_jax(run: TrainingRun) -> TrainingRun:
     (TensorFlow's search); TensorFlow's accumulation and clusters are refused."""
     if run.accumulate > 1:
         raise ConfigError(
-            f"--accumulate {run.accumulate} on JAX: the loss hands each micro-batch's token count "
-            "to the update within TensorFlow's training step only; use --backend tensorflow"
+            f"accumulate {run.accumulate} on JAX: the loss hands each micro-batch's token count "
+            "to the update within TensorFlow's training step only; use the tensorflow backend"
         )
     if is_multi_worker():
-        raise ConfigError("TF_CONFIG describes a cluster, which only --backend tensorflow trains")
+        raise ConfigError("TF_CONFIG describes a cluster, which only the tensorflow backend trains")
     if run.deterministic:
         # tf.config.experimental.enable_op_determinism covers TensorFlow's kernels only (here
         # the input pipeline); JAX's compiled step would run as before, unpinned.
@@ -644,12 +561,12 @@ def for_jax(run: TrainingRun) -> TrainingRun:
         )
     if run.skip_bad_batches:
         raise ConfigError(
-            "--skip-bad-batches on JAX: its stateless step keeps no gradient norm to decide by; "
-            "use --backend tensorflow"
+            "skip_bad_batches on JAX: its stateless step keeps no gradient norm to decide by; "
+            "use the tensorflow backend"
         )
     if run.bleu_every:
         logger.warning(
-            "on JAX, no validation BLEU while training (--bleu-every): the search is "
+            "on JAX, no validation BLEU while training (bleu_every): the search is "
             "TensorFlow's; score the checkpoints with `keras-transformer evaluate`"
         )
     return dataclasses.replace(run, jit_compile=True, bleu_every=None)

@@ -13,7 +13,8 @@ from keras_transformer.analysis.model_variations import (
     paper_delta,
     variations_table,
 )
-from keras_transformer.cli import build_parser, main, train_config
+from keras_transformer.cli import build_parser, main
+from keras_transformer.cli.commands import train_config
 from keras_transformer.config import ConfigError, TransformerConfig
 from repo_paths import REPO_ROOT
 

@@ -13,6 +13,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer import cli
 from keras_transformer.analysis.evaluation import task
+from keras_transformer.cli import commands
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.parsing.constituency import parse_scores, present
 from keras_transformer.search_settings import SearchSettings
@@ -44,7 +45,7 @@ def test_a_ptb_run_decodes_with_the_search_of_section_6_3():
     assert parsing.search == SearchSettings(beam_size=21, alpha=0.3, extra_length=300)
     assert translation.search == SearchSettings(beam_size=4, alpha=0.6, extra_length=50)
     args = cli.build_parser().parse_args(["evaluate", "--model", "run", "--alpha", "0.5"])
-    assert cli._search(args, parsing.search) == SearchSettings(21, 0.5, 300)
+    assert commands.searched(parsing, args) == SearchSettings(21, 0.5, 300)
 
 
 def test_parse_scores_repair_what_they_score():
@@ -117,7 +118,9 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
 
     with pytest.raises(SystemExit, match="trained on 'ptb', not 'multi30k'"):
         cli.main(["evaluate", "--model", str(run), "--dataset", "multi30k"])
-    with pytest.raises(SystemExit, match="--well-formed needs a parser trained with --tgt lex"):
+    with pytest.raises(
+        SystemExit, match="well_formed_trees needs a parser trained with target_language lex"
+    ):
         cli.main(["evaluate", "--model", str(run), "--well-formed"])
 
     # `translate` prints trees over the input's words, however ill-formed the decoded strings.

@@ -289,6 +289,6 @@ def test_ensembles_constraints_quantizations_and_existing_outputs_are_refused(
 
 def test_quantization_with_another_format_is_refused(trained_run, tmp_path):
     arguments = ["export", "--model", str(trained_run), "--output", str(tmp_path / "saved")]
-    with pytest.raises(SystemExit, match="--quantization applies to --format ctranslate2"):
+    with pytest.raises(SystemExit, match="quantization applies to format ctranslate2"):
         cli.main([*arguments, "--quantization", "int8"])
     assert not (tmp_path / "saved").exists()

@@ -199,7 +199,7 @@ def test_warmup_requests_cover_each_batch_size_asked_for_at_every_width():
 
 def test_warmup_batch_sizes_need_jit_compile(run_dir, tmp_path):
     arguments = ["--model", str(run_dir), "--output", str(tmp_path / "m")]
-    with pytest.raises(SystemExit, match="--warmup-batch-sizes needs --jit-compile"):
+    with pytest.raises(SystemExit, match="warmup_batch_sizes needs jit_compile"):
         cli.main(["export", *arguments, "--warmup-batch-sizes", "1", "8"])
     assert not (tmp_path / "m").exists()
 
@@ -220,7 +220,7 @@ def test_served_model_runs_the_warmup_requests_at_load(exported, exported_jit, t
 
 def test_jit_compile_is_refused_for_tflite(run_dir, tmp_path):
     arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(tmp_path / "m")]
-    with pytest.raises(SystemExit, match="--jit-compile applies to SavedModel exports"):
+    with pytest.raises(SystemExit, match="jit_compile applies to SavedModel exports"):
         cli.main(["export", *arguments, "--jit-compile"])
 
 

@@ -70,14 +70,22 @@ def test_a_run_trains_on_the_shards_and_translates_evaluates_and_resumes(tmp_pat
     "extra, error",
     [
         (["--src", "en"], r"prepared for xx->yy, not en->yy"),
-        (["--lowercase"], r"prepared without --lowercase: drop --lowercase"),
+        (["--lowercase"], r"prepared with lowercase=False: train with the same"),
         (["--set", "subword_dropout=0.1"], r"subword_dropout .* prepared data is tokenized once"),
-        (["--data-dir", "somewhere"], r"takes no --data-dir or --dataset"),
     ],
 )
 def test_what_the_prepared_corpus_fixes_is_refused_by_name(tmp_path, prepared, extra, error):
     with pytest.raises(SystemExit, match=error):
         cli.main([*TRAIN, "--data", str(prepared), "--output", str(tmp_path / "run"), *extra])
+
+
+def test_a_prepared_corpus_is_named_once(tmp_path, prepared, capsys):
+    data = ["--data", str(prepared), "--output", str(tmp_path / "run")]
+    with pytest.raises(SystemExit):
+        cli.main([*TRAIN, *data, "--data-dir", "somewhere"])
+    assert "not allowed with argument --data" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="holds a prepared corpus: its dataset is 'prepared'"):
+        cli.main([*TRAIN, *data, "--dataset", "multi30k"])
 
 
 def test_a_wordpiece_run_translates_and_exports_as_its_keras_translator(tmp_path, invented, capsys):
