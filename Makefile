@@ -34,8 +34,9 @@ DEMO_RUN ?= runs/demo
 DEMO_STEPS ?= 1000
 # Without $(DATA_DIR), `prepare` downloads Multi30k into $$KT_DATA_HOME/multi30k.
 M30K_TEXT = $(if $(wildcard $(DATA_DIR)),--data-dir $(DATA_DIR))
-demo: install $(M30K_PREPARED)/multi30k-ende/manifest.json
-	$(PYTHON) -m keras_transformer train --preset multi30k --data $(M30K_PREPARED)/multi30k-ende \
+demo: install
+	$(MAKE) --no-print-directory $(call m30k_data,de)/manifest.json
+	$(PYTHON) -m keras_transformer train --preset multi30k --data $(call m30k_data,de) \
 		--output $(DEMO_RUN) --jit-compile --max-steps $(DEMO_STEPS) --checkpoint-every 100 \
 		--bleu-every 0 --log-every 50
 	$(PYTHON) -m keras_transformer average $(DEMO_RUN) --last 3
