@@ -206,7 +206,7 @@ def test_the_trainer_finds_the_dataset_by_name(ptb_dir, cached, tmp_path, monkey
     assert corpus_files("ptb", ptb_dir, "words", "tree") == files
     lexicalized = corpus_files("ptb", ptb_dir, "words", "lexicalized")
     assert lexicalized["test"][1].name == "test.lexicalized"
-    with pytest.raises(CorpusError, match="--src words --tgt tree"):
+    with pytest.raises(CorpusError, match="source_language .words. and target_language .tree."):
         corpus_files("ptb", ptb_dir, "en", "de")
     with pytest.raises(CorpusError, match="treebank.zip"):
         corpus_files("ptb", tmp_path, "words", "tree")

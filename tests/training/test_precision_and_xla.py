@@ -72,7 +72,7 @@ def test_xla_gives_the_same_losses_as_the_plain_path():
     [
         ("mixed_bfloat16", False, False, False, "without bfloat16 units"),
         ("mixed_bfloat16", True, False, False, "without bfloat16 units"),
-        ("mixed_bfloat16", True, False, True, "drop --jit-compile"),
+        ("mixed_bfloat16", True, False, True, "drop jit_compile"),
         ("mixed_bfloat16", False, False, True, None),  # oneDNN uses the units
         ("mixed_bfloat16", True, True, False, None),
         ("float32", True, False, False, None),
