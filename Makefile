@@ -240,13 +240,14 @@ check-imports: install
 	$(VENV)/bin/deptry .
 
 # One test process a core (at most 4), each given whole files so that a module's fixtures (an
-# export, a trained run) are built once.
+# export, a trained run) are built once; the files with slow tests first (tests/conftest.py).
+PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 test: check-imports
-	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL)
 
 # The suite without the tests marked slow (subprocess training, multi-worker, XLA, TFLite).
 test-fast: check-imports
-	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m "not slow"
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check keras_transformer pipelines durable_files tests benchmarks examples

@@ -79,7 +79,7 @@ def timed_make_demo(clone: Path) -> dict:
         "total_s": round(total, 1),
         "stages_s": {
             name: round(end - begin, 1)
-            for name, begin, end in zip(["install", *marks], bounds, bounds[1:], strict=True)
+            for name, begin, end in zip(["install", *marks], bounds[:-1], bounds[1:], strict=True)
         },
         "test_2016_flickr_bleu": float(bleu.group(1)) if bleu else None,
     }
