@@ -43,16 +43,23 @@ class TransformerConfig:
         residual_dropout: P_drop, applied to each sub-layer output before the residual add, and to
             the sums of embeddings and positional encodings (§5.4).
         attention_dropout: dropout on attention weights; not in the paper, default 0.
-        relu_dropout: dropout after the FFN's ReLU; not in the paper, default 0.
+        relu_dropout: dropout after the FFN's activation; not in the paper, default 0.
+        ffn_activation: the activation between the FFN's two linear transformations: "relu"
+            (Eq. 2, the paper), "swish" (x·σ(x): OPUS-MT's classic Marian models) or "gelu".
         subword_dropout: BPE-dropout (Provilkov et al., 2020), not in the paper, default 0: the
             training pairs are segmented anew each time they are read, every merge of the BPE
             model skipped with this probability, so the model sees many segmentations of each
             sentence; validation, decoding and export keep the deterministic one.
         label_smoothing: ε_ls (§5.4).
         positional_encoding: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
+        sinusoid_layout: where the sinusoids' dimensions lie: "interleaved" (§3.5's formula: even
+            dimensions sine, odd cosine) or "halves" (all sines, then all cosines: Marian's and
+            tensor2tensor's layout, which OPUS-MT models were trained with).
         max_length: longest sequence the model handles: size of the learned position table and of
             the preallocated decoding cache.
         tie_embeddings: share the target embedding with the pre-softmax projection (§3.4).
+        output_bias: add a learned bias to the pre-softmax logits (Marian's `final_logits_bias`);
+            the paper's projection has none.
         layer_norm_epsilon: ε of layer normalization; the paper does not state it.
         warmup_steps: warmup of the learning-rate schedule, Eq. 3 (§5.3).
         adam_beta_1, adam_beta_2, adam_epsilon: Adam hyperparameters (§5.3).
@@ -80,11 +87,14 @@ class TransformerConfig:
     residual_dropout: float = 0.1
     attention_dropout: float = 0.0
     relu_dropout: float = 0.0
+    ffn_activation: str = "relu"
     subword_dropout: float = 0.0
     label_smoothing: float = 0.1
     positional_encoding: str = "sinusoidal"
+    sinusoid_layout: str = "interleaved"
     max_length: int = 256
     tie_embeddings: bool = True
+    output_bias: bool = False
     layer_norm_epsilon: float = 1e-6
     warmup_steps: int = 4000
     adam_beta_1: float = 0.9
@@ -157,12 +167,13 @@ class TransformerConfig:
         for name in (*regularizers, "label_smoothing"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, name, value, "must be in [0, 1)")
-        _require(
-            self.positional_encoding in ("sinusoidal", "learned"),
-            "positional_encoding",
-            self.positional_encoding,
-            "must be 'sinusoidal' or 'learned'",
-        )
+        for name, choices in CHOICES.items():
+            _require(
+                getattr(self, name) in choices,
+                name,
+                getattr(self, name),
+                "must be one of " + ", ".join(map(repr, choices)),
+            )
         _require(
             0.0 <= self.adam_beta_1 < 1.0, "adam_beta_1", self.adam_beta_1, "must be in [0, 1)"
         )
@@ -170,12 +181,6 @@ class TransformerConfig:
             0.0 <= self.adam_beta_2 < 1.0, "adam_beta_2", self.adam_beta_2, "must be in [0, 1)"
         )
         _require(self.adam_epsilon > 0, "adam_epsilon", self.adam_epsilon, "must be positive")
-        _require(
-            self.qkv_initializer_fan in ("3d", "matrix"),
-            "qkv_initializer_fan",
-            self.qkv_initializer_fan,
-            "must be '3d' or 'matrix'",
-        )
 
     @property
     def shared_vocabulary(self) -> bool:
@@ -243,6 +248,15 @@ class TransformerConfig:
             return cls.from_dict(saved)
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
+
+
+# The settings that take one of a few names, and the names each takes.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "positional_encoding": ("sinusoidal", "learned"),
+    "sinusoid_layout": ("interleaved", "halves"),
+    "ffn_activation": ("relu", "swish", "gelu"),
+    "qkv_initializer_fan": ("3d", "matrix"),
+}
 
 
 def read_json_file(path) -> Any:

@@ -71,6 +71,8 @@ def test_unknown_key_is_named():
         (dict(residual_dropout=-0.1), "residual_dropout"),
         (dict(label_smoothing=1.0), "label_smoothing"),
         (dict(positional_encoding="rotary"), "positional_encoding"),
+        (dict(ffn_activation="tanh"), "ffn_activation"),
+        (dict(sinusoid_layout="shuffled"), "sinusoid_layout"),
         (dict(num_layers=0), "num_layers"),
     ],
 )
@@ -127,3 +129,12 @@ def test_a_saved_configuration_that_cannot_be_read_names_the_file(tmp_path, cont
         path.write_bytes(content)
     with pytest.raises(ConfigError, match=message):
         TransformerConfig.from_file(path)
+
+
+def test_the_options_for_pretrained_models_default_to_the_paper():
+    base = TransformerConfig.preset("base")
+    assert (base.ffn_activation, base.output_bias, base.sinusoid_layout) == (
+        "relu",
+        False,
+        "interleaved",
+    )

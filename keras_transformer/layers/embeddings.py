@@ -5,7 +5,9 @@ d_model ... we share the same weight matrix between the two embedding layers and
 linear transformation ... In the embedding layers, we multiply those weights by √d_model."
 
 `SharedEmbedding` is that one matrix: `call` looks tokens up (×√d_model) and `logits` applies the
-transposed matrix as the pre-softmax projection.
+transposed matrix as the pre-softmax projection. The paper's projection has no bias; with
+`output_bias=True` one is added to the logits, as pretrained Marian models (OPUS-MT) hold one
+(`final_logits_bias`).
 """
 
 import math
@@ -24,6 +26,7 @@ class SharedEmbedding(keras.layers.Layer):
     Args:
         vocab_size: number of tokens.
         d_model: embedding width.
+        output_bias: add a learned bias `[vocab_size]` (initially 0) to `logits`.
 
     Call arguments:
         token_ids: int `[batch, length]`.
@@ -39,16 +42,22 @@ class SharedEmbedding(keras.layers.Layer):
     (1, 3, 10)
     """
 
-    def __init__(self, vocab_size, d_model, **kwargs):
+    def __init__(self, vocab_size, d_model, output_bias=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
+        self.output_bias = output_bias
 
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocab_size, self.d_model),
             initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+        )
+        self.logits_bias = (
+            self.add_weight(name="logits_bias", shape=(self.vocab_size,), initializer="zeros")
+            if self.output_bias
+            else None
         )
 
     def call(self, token_ids):
@@ -61,14 +70,19 @@ class SharedEmbedding(keras.layers.Layer):
         Computed in float32 even under mixed precision: the softmax over a large vocabulary is
         where half precision loses the most.
         """
-        return ops.matmul(
+        logits = ops.matmul(
             ops.cast(hidden, "float32"), ops.transpose(ops.cast(self.embeddings, "float32"))
         )
+        if self.logits_bias is None:
+            return logits
+        return logits + ops.cast(self.logits_bias, "float32")
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
 
     def get_config(self):
         config = super().get_config()
-        config.update(vocab_size=self.vocab_size, d_model=self.d_model)
+        config.update(
+            vocab_size=self.vocab_size, d_model=self.d_model, output_bias=self.output_bias
+        )
         return config

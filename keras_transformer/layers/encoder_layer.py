@@ -21,6 +21,7 @@ class EncoderLayer(keras.layers.Layer):
         d_ff: feed-forward inner width (§3.3).
         residual_dropout: P_drop (§5.4).
         attention_dropout, relu_dropout: extra dropouts, not in the paper (default 0).
+        ffn_activation: the feed-forward network's activation (`PositionWiseFeedForward`).
         layer_norm_epsilon: layer normalization ε.
         initializer_fan: how the Q/K/V kernels' Glorot-uniform counts fans, "3d" or "matrix"
             (`HeadProjection`); not in the paper.
@@ -49,6 +50,7 @@ class EncoderLayer(keras.layers.Layer):
         residual_dropout,
         attention_dropout=0.0,
         relu_dropout=0.0,
+        ffn_activation="relu",
         layer_norm_epsilon=1e-6,
         initializer_fan="3d",
         **kwargs,
@@ -61,6 +63,7 @@ class EncoderLayer(keras.layers.Layer):
         self.residual_dropout = residual_dropout
         self.attention_dropout = attention_dropout
         self.relu_dropout = relu_dropout
+        self.ffn_activation = ffn_activation
         self.layer_norm_epsilon = layer_norm_epsilon
         self.initializer_fan = initializer_fan
 
@@ -81,7 +84,11 @@ class EncoderLayer(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.feed_forward = PositionWiseFeedForward(
-            self.d_ff, self.relu_dropout, name="feed_forward", dtype=self.dtype_policy
+            self.d_ff,
+            self.relu_dropout,
+            self.ffn_activation,
+            name="feed_forward",
+            dtype=self.dtype_policy,
         )
         self.feed_forward_norm = AddAndNorm(
             self.residual_dropout,
@@ -117,6 +124,7 @@ class EncoderLayer(keras.layers.Layer):
             residual_dropout=self.residual_dropout,
             attention_dropout=self.attention_dropout,
             relu_dropout=self.relu_dropout,
+            ffn_activation=self.ffn_activation,
             layer_norm_epsilon=self.layer_norm_epsilon,
             initializer_fan=self.initializer_fan,
         )

@@ -2,7 +2,9 @@
 
     FFN(x) = max(0, x W_1 + b_1) W_2 + b_2
 
-applied to each position separately and identically, with inner width d_ff.
+applied to each position separately and identically, with inner width d_ff. The paper's
+activation is the ReLU; pretrained models made by others use another one in its place (OPUS-MT's
+Marian models: swish, x·σ(x)), so the activation is a setting whose default is the paper's.
 """
 
 import keras
@@ -16,7 +18,8 @@ class PositionWiseFeedForward(keras.layers.Layer):
 
     Args:
         d_ff: inner width (2048 in the base model).
-        relu_dropout: dropout after the ReLU; not in the paper, default 0.
+        relu_dropout: dropout after the activation; not in the paper, default 0.
+        activation: "relu" (Eq. 2), "swish" or "gelu" (exact, erf-based).
 
     Call arguments:
         inputs: `[batch, length, d_model]`.
@@ -31,15 +34,16 @@ class PositionWiseFeedForward(keras.layers.Layer):
     (2, 3, 8)
     """
 
-    def __init__(self, d_ff, relu_dropout=0.0, **kwargs):
+    def __init__(self, d_ff, relu_dropout=0.0, activation="relu", **kwargs):
         super().__init__(**kwargs)
         self.d_ff = d_ff
         self.relu_dropout = relu_dropout
+        self.activation = activation
 
     def build(self, input_shape):
         d_model = input_shape[-1]
         self.inner = keras.layers.Dense(
-            self.d_ff, activation="relu", name="inner", dtype=self.dtype_policy
+            self.d_ff, activation=self.activation, name="inner", dtype=self.dtype_policy
         )
         self.dropout = Dropout(self.relu_dropout, dtype=self.dtype_policy)
         self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
@@ -54,5 +58,5 @@ class PositionWiseFeedForward(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(d_ff=self.d_ff, relu_dropout=self.relu_dropout)
+        config.update(d_ff=self.d_ff, relu_dropout=self.relu_dropout, activation=self.activation)
         return config

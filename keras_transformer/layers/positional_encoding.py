@@ -4,7 +4,9 @@
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
 Positions count from 0 and sines and cosines interleave (even dimensions sine, odd cosine), as
-the formula says. The sinusoids are computed from the positions at call time, so they have no
+the formula says. `layout="halves"` lays the same sinusoids out as all sines, then all cosines
+([sin | cos]): tensor2tensor's and Marian's layout, which pretrained OPUS-MT models were trained
+with. Either layout is a fixed permutation of the other's dimensions. The sinusoids are computed from the positions at call time, so they have no
 length limit: §3.5 chose them because they "may allow the model to extrapolate to sequence lengths
 longer than the ones encountered during training".
 
@@ -17,6 +19,8 @@ import math
 import keras
 from keras import ops
 
+LAYOUTS = ("interleaved", "halves")
+
 
 def _positions(inputs, start_index):
     return ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
@@ -25,6 +29,10 @@ def _positions(inputs, start_index):
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
     """Adds the fixed sinusoidal encoding of §3.5 to `[batch, length, d_model]` embeddings.
+
+    Args:
+        layout: "interleaved" (§3.5: dimension 2i sine, 2i+1 cosine) or "halves" (dimension i
+            sine, d_model/2 + i cosine).
 
     Call arguments:
         inputs: `[batch, length, d_model]`, d_model even.
@@ -38,7 +46,16 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
     >>> out = SinusoidalPositionalEncoding()(np.zeros((1, 2, 4), "float32"))
     >>> np.round(ops.convert_to_numpy(out)[0, 1], 4)  # sin(1), cos(1), sin(.01), cos(.01)
     array([0.8415, 0.5403, 0.01  , 1.    ], dtype=float32)
+    >>> out = SinusoidalPositionalEncoding(layout="halves")(np.zeros((1, 2, 4), "float32"))
+    >>> np.round(ops.convert_to_numpy(out)[0, 1], 4)  # sin(1), sin(.01), cos(1), cos(.01)
+    array([0.8415, 0.01  , 0.5403, 1.    ], dtype=float32)
     """
+
+    def __init__(self, layout="interleaved", **kwargs):
+        super().__init__(**kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+        self.layout = layout
 
     def build(self, input_shape):
         if input_shape[-1] % 2:
@@ -56,11 +73,18 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
             ops.arange(0, d_model, 2, dtype="float32") * (-math.log(10000.0) / d_model)
         )
         angles = positions[:, None] * inverse_frequencies[None, :]
+        if self.layout == "halves":
+            return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
         interleaved = ops.stack([ops.sin(angles), ops.cos(angles)], axis=-1)
         return ops.reshape(interleaved, (-1, d_model))
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(layout=self.layout)
+        return config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -67,23 +67,33 @@ class Transformer(keras.Model):
         def positions(name):
             if config.positional_encoding == "learned":
                 return LearnedPositionalEmbedding(config.max_length, name=name)
-            return SinusoidalPositionalEncoding(name=name)
+            return SinusoidalPositionalEncoding(config.sinusoid_layout, name=name)
 
+        # The output bias belongs to whichever embedding is the pre-softmax projection.
         self.source_embedding = SharedEmbedding(
             config.vocab_size,
             config.d_model,
+            output_bias=config.output_bias and config.tie_embeddings and config.shared_vocabulary,
             name="shared_embedding" if config.shared_vocabulary else "source_embedding",
         )
         self.target_embedding = (
             self.source_embedding
             if config.shared_vocabulary
-            else SharedEmbedding(config.target_vocab_size, config.d_model, name="target_embedding")
+            else SharedEmbedding(
+                config.target_vocab_size,
+                config.d_model,
+                output_bias=config.output_bias and config.tie_embeddings,
+                name="target_embedding",
+            )
         )
         self.output_projection = (
             None
             if config.tie_embeddings
             else keras.layers.Dense(
-                config.output_vocab_size, use_bias=False, dtype="float32", name="output_projection"
+                config.output_vocab_size,
+                use_bias=config.output_bias,
+                dtype="float32",
+                name="output_projection",
             )
         )
         self.source_positions = positions("source_positions")
@@ -98,6 +108,7 @@ class Transformer(keras.Model):
             residual_dropout=config.residual_dropout,
             attention_dropout=config.attention_dropout,
             relu_dropout=config.relu_dropout,
+            ffn_activation=config.ffn_activation,
             layer_norm_epsilon=config.layer_norm_epsilon,
             initializer_fan=config.qkv_initializer_fan,
         )

@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 from keras import ops
 
 from keras_transformer import keras_internals
@@ -35,6 +36,14 @@ def test_sinusoidal_encoding_equals_section_3_5():
     np.testing.assert_allclose(out[1], paper_positional_encoding(50, 64), atol=2e-5)
 
 
+def test_sinusoids_in_halves_are_all_sines_then_all_cosines():
+    layer = SinusoidalPositionalEncoding(layout="halves")
+    out = ops.convert_to_numpy(layer(np.zeros((1, 50, 64), "float32")))[0]
+    paper = paper_positional_encoding(50, 64)
+    np.testing.assert_allclose(out, np.concatenate([paper[:, 0::2], paper[:, 1::2]], 1), atol=2e-5)
+    assert_config_round_trip(layer, np.zeros((1, 3, 8), "float32"))
+
+
 def test_sinusoidal_encoding_with_start_index_is_a_slice():
     layer = SinusoidalPositionalEncoding()
     out = ops.convert_to_numpy(layer(np.zeros((1, 1, 16), "float32"), start_index=7))
@@ -54,6 +63,23 @@ def test_feed_forward_is_eq2():
     w1, b1, w2, b2 = (ops.convert_to_numpy(w) for w in (*layer_weights(layer, x),))
     np.testing.assert_allclose(
         ops.convert_to_numpy(layer(x)), np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5
+    )
+    assert_config_round_trip(layer, x)
+
+
+@pytest.mark.parametrize(
+    "activation, reference",
+    [
+        ("swish", lambda h: h / (1.0 + np.exp(-h))),
+        ("gelu", lambda h: 0.5 * h * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0)))),
+    ],
+)
+def test_feed_forward_takes_the_activation_of_pretrained_models(activation, reference):
+    layer = PositionWiseFeedForward(d_ff=16, activation=activation)
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
+    w1, b1, w2, b2 = (ops.convert_to_numpy(w) for w in (*layer_weights(layer, x),))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(x)), reference(x @ w1 + b1) @ w2 + b2, atol=1e-5
     )
     assert_config_round_trip(layer, x)
 
@@ -82,6 +108,18 @@ def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_projection():
         ops.convert_to_numpy(layer.logits(hidden)), hidden @ table.T, atol=1e-4
     )
     assert_config_round_trip(layer, ids)
+
+
+def test_shared_embedding_with_an_output_bias_adds_it_to_the_logits():
+    layer = SharedEmbedding(vocab_size=11, d_model=16, output_bias=True)
+    hidden = ops.convert_to_numpy(layer(np.array([[3, 4]])))
+    bias = np.arange(11, dtype="float32")
+    layer.logits_bias.assign(bias)
+    table = ops.convert_to_numpy(layer.embeddings)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer.logits(hidden)), hidden @ table.T + bias, atol=1e-4
+    )
+    assert_config_round_trip(layer, np.array([[3, 4]]))
 
 
 def test_encoder_and_decoder_layers_round_trip():
