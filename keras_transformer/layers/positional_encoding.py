@@ -6,7 +6,9 @@
 Positions count from 0 and sines and cosines interleave (even dimensions sine, odd cosine), as
 the formula says. `layout="halves"` lays the same sinusoids out as all sines, then all cosines
 ([sin | cos]): tensor2tensor's and Marian's layout, which pretrained OPUS-MT models were trained
-with. Either layout is a fixed permutation of the other's dimensions. The sinusoids are computed from the positions at call time, so they have no
+with. Either layout is a fixed permutation of the other's dimensions.
+
+The sinusoids are computed from the positions at call time, so they have no
 length limit: §3.5 chose them because they "may allow the model to extrapolate to sequence lengths
 longer than the ones encountered during training".
 
