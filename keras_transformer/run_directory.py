@@ -294,6 +294,18 @@ def hold_subwords(run_dir, source) -> Path:
     return held
 
 
+def run_tokenizer(run_dir):
+    """The tokenizer of a run: an imported Marian model's (`pipelines.MarianTokenizer`: two
+    SentencePiece models over one vocabulary) where the run holds one, else its shared subword
+    vocabulary's (`pipelines.SubwordTokenizer`)."""
+    from pipelines.marian_tokenizer import MarianTokenizer, holds_marian_tokenizer
+    from pipelines.tokenizer import SubwordTokenizer
+
+    if holds_marian_tokenizer(run_dir):
+        return MarianTokenizer(run_dir)
+    return SubwordTokenizer(subwords_path(run_dir))
+
+
 def subwords_path(run_dir) -> Path:
     """The vocabulary file of a run: its WordPiece vocabulary where it holds one, else its
     SentencePiece model (which may not exist yet)."""

@@ -14,6 +14,7 @@ _PUBLIC = {
     "UNK_ID": "pipelines.tokenizer",
     "DATASETS": "pipelines.datasets",
     "CorpusError": "pipelines.corpus",
+    "MarianTokenizer": "pipelines.marian_tokenizer",
     "Multi30k": "pipelines.multi30k",
     "ParallelCorpus": "pipelines.corpus",
     "PennTreebankSample": "pipelines.ptb",

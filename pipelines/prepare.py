@@ -470,7 +470,8 @@ def _tokenized_batches(pairs, tokenizer) -> tf.data.Dataset:
     """Batches of (sources, targets, then each side's ids + EOS as values and row splits)."""
 
     def tokenize(sources, targets):
-        ids = [_with_eos(tokenizer.tokenize(tf.strings.strip(s))) for s in (sources, targets)]
+        sides = ((tokenizer.tokenize, sources), (tokenizer.tokenize_target, targets))
+        ids = [_with_eos(tokenize(tf.strings.strip(side))) for tokenize, side in sides]
         return sources, targets, ids[0].values, ids[0].row_splits, ids[1].values, ids[1].row_splits
 
     return (

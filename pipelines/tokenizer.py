@@ -112,6 +112,10 @@ class SubwordTokenizer(tf.Module):
             return self._tokenizer.tokenize(words).merge_dims(-2, -1)
         return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
 
+    def tokenize_target(self, strings):
+        """Target sentences, tokenized as sources are: one subword model serves both sides."""
+        return self.tokenize(strings)
+
     def pieces(self, ids) -> list[str]:
         """The subword strings of a list of ids (for plots and debugging)."""
         ids = tf.constant(list(ids), tf.int32)
@@ -129,16 +133,10 @@ class SubwordTokenizer(tf.Module):
         ones."""
         pieces = self.pieces(ids)
         if self.one_id_per_word:
-            starts = [True] * len(pieces)
-        elif self.kind == "wordpiece":
-            starts = [not piece.startswith("##") for piece in pieces]
-        else:
-            starts = [piece.startswith("▁") for piece in pieces]
-        indices, word = [], -1
-        for position, start in enumerate(starts):
-            word += start or position == 0
-            indices.append(word)
-        return indices
+            return starts_of_words([True] * len(pieces))
+        if self.kind == "wordpiece":
+            return starts_of_words([not piece.startswith("##") for piece in pieces])
+        return starts_of_words([piece.startswith("▁") for piece in pieces])
 
     def fingerprint(self) -> int:
         """A 24-bit checksum of the pieces in id order: equal for two vocabularies that give every
@@ -165,6 +163,16 @@ class SubwordTokenizer(tf.Module):
         ids = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID) & (ids != BOS_ID))
         words = self._tokenizer.detokenize(ids)
         return words if words.shape.rank == 1 else tf.strings.reduce_join(words, -1, separator=" ")
+
+
+def starts_of_words(starts: list[bool]) -> list[int]:
+    """The word index of each piece, given whether each piece starts a word (the first piece
+    always does)."""
+    indices, word = [], -1
+    for position, start in enumerate(starts):
+        word += start or position == 0
+        indices.append(word)
+    return indices
 
 
 # SentencePiece's normalization rules: NFKC (its default), and NFKC followed by case folding.

@@ -37,7 +37,7 @@ def tokenize_pairs(tokenizer):
     def transform(dataset):
         return dataset.batch(CHUNK_PAIRS).map(
             lambda source, target: add_boundary_tokens(
-                tokenizer.tokenize(source), tokenizer.tokenize(target)
+                tokenizer.tokenize(source), tokenizer.tokenize_target(target)
             ),
             num_parallel_calls=tf.data.AUTOTUNE,
         )

@@ -40,9 +40,10 @@ from keras_transformer.decoding.search import (
 )
 from keras_transformer.decoding.tree_constraint import WellFormedTrees
 from keras_transformer.model import Transformer
-from keras_transformer.run_directory import CheckpointError, subwords_path
+from keras_transformer.run_directory import CheckpointError, run_tokenizer
 from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import CorpusError
+from pipelines.marian_tokenizer import MarianTokenizer
 from pipelines.tokenizer import EOS_ID, PAD_ID, SubwordTokenizer
 
 logger = logging.getLogger(__name__)
@@ -77,11 +78,12 @@ EMPTY = Hypothesis("", 0.0, 0.0)
 
 
 class Translator:
-    """A `Transformer` and its `SubwordTokenizer`, decoding batches of sentences.
+    """A `Transformer` and its tokenizer, decoding batches of sentences.
 
     Args:
         model: a trained `Transformer`, or an `ensemble.Ensemble` of them.
-        tokenizer: the `SubwordTokenizer` it was trained with.
+        tokenizer: the tokenizer it was trained with: a `SubwordTokenizer`, or an imported
+            model's `MarianTokenizer`.
         jit_compile: compile the search with XLA (one compilation per padded batch shape).
         constraint: optional restriction of the search's outputs (see `search.greedy_decode`),
             such as `tree_constraint.WellFormedTrees`.
@@ -97,7 +99,7 @@ class Translator:
     def __init__(
         self,
         model: Transformer,
-        tokenizer: SubwordTokenizer,
+        tokenizer: SubwordTokenizer | MarianTokenizer,
         jit_compile=False,
         constraint=None,
         slices=None,
@@ -239,7 +241,7 @@ class Translator:
     def _target_ids(self, targets, name):
         """Each target's subword ids with EOS; a target over the model's length is an error."""
         limit = self.model.config.max_length
-        ids = self.tokenizer.tokenize(tf.constant(list(targets), tf.string)).to_list()
+        ids = self.tokenizer.tokenize_target(tf.constant(list(targets), tf.string)).to_list()
         for number, row in enumerate(ids, start=1):
             if len(row) + 1 > limit:
                 raise CorpusError(
@@ -369,7 +371,7 @@ def load_run(
     if well_formed_trees:
         check_parser_run(run_dir)
     model, weights = _load_model(run_dir, weights)
-    tokenizer = SubwordTokenizer(subwords_path(run_dir))
+    tokenizer = run_tokenizer(run_dir)
     if ensemble:
         pieces = tokenizer.pieces(range(tokenizer.vocab_size))  # each member's must equal them
         members = [_load_member(tokenizer, pieces, Path(path)) for path in ensemble]
@@ -409,7 +411,7 @@ def _load_member(tokenizer, pieces, path: Path) -> Transformer:
     if run_dir is None:
         raise CheckpointError(f"ensemble member {path}: no config.json beside it or above")
     weights = None if path.is_dir() else path
-    own = SubwordTokenizer(subwords_path(run_dir))
+    own = run_tokenizer(run_dir)
     theirs = own.pieces(range(own.vocab_size))
     if theirs != pieces or own.lowercase != tokenizer.lowercase:
         pairs = enumerate(zip(theirs, pieces, strict=False))  # lengths may differ
