@@ -1,4 +1,4 @@
-"""How a search decodes (§6.1): beam size, length penalty α, the output-length limit.
+"""How a search decodes (§6.1): beam size, length penalty α, the output-length limits.
 
 One frozen `SearchSettings` travels through every Python API that searches (decoding, serving,
 evaluation, distillation, the training callbacks); the command line's search flags are generated
@@ -43,11 +43,19 @@ class SearchSettings:
         default=1,
         metadata={"help": "hypotheses returned per sentence, best first: 1 to beam_size"},
     )
+    min_length: int = dataclasses.field(
+        default=0,
+        metadata={
+            "help": "no EOS before this many output tokens; at the longest output length, "
+            "every output is that long (benchmarks that must decode a fixed number of steps)"
+        },
+    )
 
     def __post_init__(self):
         _require_int(self, "beam_size", minimum=1)
         _require_int(self, "extra_length", minimum=0)
         _require_int(self, "n_best", minimum=1)
+        _require_int(self, "min_length", minimum=0)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)):
             raise ConfigError(f"alpha {self.alpha!r} must be a number")
         if not math.isfinite(self.alpha) or self.alpha < 0:

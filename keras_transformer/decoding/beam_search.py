@@ -69,14 +69,24 @@ CACHE_BLOCK = 16
 FIXED = "fixed"
 
 
-def without_tokens(scores, token_ids, vocab_axis=-1):
+def without_tokens(scores, token_ids, vocab_axis=-1, when=True):
     """`scores` `[rows, vocab]` (or `[vocab, rows]` with `vocab_axis=0`) with the entries of
-    `token_ids` set to `NEG_INF`: never chosen, and outside a log-softmax's normalization."""
+    `token_ids` set to `NEG_INF` (if `when`, a boolean scalar): never chosen, and outside a
+    log-softmax's normalization."""
     if not token_ids:
         return scores
     vocabulary = tf.range(tf.shape(scores)[vocab_axis])
     banned = tf.reduce_any(vocabulary[:, None] == tf.constant(token_ids, tf.int32), axis=1)
+    banned &= when
     return tf.where(banned[:, None] if vocab_axis == 0 else banned, NEG_INF, scores)
+
+
+def without_early_eos(scores, step, min_length, eos_id=EOS_ID, vocab_axis=-1):
+    """`scores` of the token after `step` generated ones, with EOS's set to `NEG_INF` while
+    `step` < `min_length`: no hypothesis ends before `min_length` tokens (EOS not counted)."""
+    if isinstance(min_length, int) and min_length == 0:
+        return scores
+    return without_tokens(scores, (eos_id,), vocab_axis, when=step < min_length)
 
 
 def length_penalty(length, alpha):
@@ -211,6 +221,7 @@ def beam_search(
     position_axes=None,
     compact=False,
     exact_hypotheses=None,
+    min_length=0,
 ) -> BeamSearchResult:
     """Batched beam search; see the module docstring.
 
@@ -236,6 +247,8 @@ def beam_search(
             step to step, so not under XLA); the results are the same.
         exact_hypotheses: how many of each sentence's best hypotheses must be those of the
             full search (default all `beam_size`); those after them may differ.
+        min_length: the fewest tokens before EOS (`without_early_eos`); a sentence whose
+            limit is at most that many ends at its limit, every hypothesis that long.
 
     Returns:
         A `BeamSearchResult`.
@@ -247,7 +260,14 @@ def beam_search(
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
     state = _initial_state(initial_ids, beam_size, max_decode_length)
     expand = functools.partial(
-        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, banned_ids, position_axes
+        _expand,
+        symbols_to_logits_fn,
+        beam_size,
+        alpha,
+        eos_id,
+        banned_ids,
+        min_length,
+        position_axes,
     )
     is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
     if compact:
@@ -341,7 +361,15 @@ def _initial_state(initial_ids, beam_size, max_decode_length):
 
 
 def _expand(
-    symbols_to_logits_fn, beam_size, alpha, eos_id, banned_ids, position_axes, state, max_lengths
+    symbols_to_logits_fn,
+    beam_size,
+    alpha,
+    eos_id,
+    banned_ids,
+    min_length,
+    position_axes,
+    state,
+    max_lengths,
 ):
     """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
     those that end to the finished set and keeps the best `beam` others alive."""
@@ -351,7 +379,8 @@ def _expand(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    log_probs = tf.nn.log_softmax(without_tokens(tf.cast(logits, tf.float32), banned_ids))
+    logits = without_tokens(tf.cast(logits, tf.float32), banned_ids)
+    log_probs = tf.nn.log_softmax(without_early_eos(logits, step, min_length, eos_id))
     log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
     candidates = tf.reshape(
         state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]

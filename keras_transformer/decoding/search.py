@@ -35,6 +35,7 @@ from keras_transformer.decoding.beam_search import (
     BeamSearchResult,
     beam_search,
     length_penalty,
+    without_early_eos,
     without_tokens,
     write_at,
 )
@@ -67,18 +68,19 @@ def greedy_search(
     max_decode_length,
     max_lengths=None,
     banned_ids=(),
+    min_length=0,
 ) -> GreedyResult:
     """Takes the most probable token at every step until EOS or the sentence's maximum length.
 
-    Same contract as `beam_search.beam_search` with one hypothesis per sentence; stops as soon as
-    every sentence has ended.
+    Same contract as `beam_search.beam_search` with one hypothesis per sentence (`min_length`
+    too); stops as soon as every sentence has ended.
 
     Each step reads the logits vocabulary-major, `[vocab, batch]`. XLA then computes the tied
     output projection that produces them as E·hᵀ instead of h·Eᵀ: on a CPU, the matrix kernels
     run a product of a vocabulary's many rows by a slice's few sentence columns faster than the
     other way round (docs/PERFORMANCE.md). XLA folds the transpose into the product only when it
-    comes straight after it, which is why `banned_ids` is applied here, after the transpose: a
-    mask in between keeps the product batch-major and copies its output.
+    comes straight after it, which is why `banned_ids` and `min_length` apply here, after the
+    transpose: a mask in between keeps the product batch-major and copies its output.
     """
     initial_ids = tf.convert_to_tensor(initial_ids, tf.int32)
     batch_size = tf.shape(initial_ids)[0]
@@ -90,6 +92,7 @@ def greedy_search(
         logits, cache = symbols_to_logits_fn(ids[:, step], step, cache)
         scores = tf.transpose(tf.cast(logits, tf.float32))
         scores = without_tokens(scores, banned_ids, vocab_axis=0)
+        scores = without_early_eos(scores, step, min_length, vocab_axis=0)
         tokens = tf.argmax(scores, axis=0, output_type=tf.int32)
         tokens = tf.where(finished, PAD_ID, tokens)
         # The log-softmax at the argmax: the maximum less the log-sum-exp.
@@ -222,6 +225,7 @@ def greedy_decode(
     cached=True,
     constraint=None,
     longest_extra=None,
+    min_length=0,
 ) -> GreedyResult:
     """Greedy decoding of source ids `[batch, source_length]` (PAD = 0) by `model`, a
     `Transformer` or an `ensemble.Ensemble`.
@@ -233,11 +237,12 @@ def greedy_decode(
     `longest_extra`: a Python int ≥ `extra_length` that sizes the buffers in its place, so that
     a tensor `extra_length` (a request's) sets each sentence's limit without fixing a shape:
     one XLA program serves every extra length up to it, with the same results.
+    `min_length`: the fewest tokens before EOS (`beam_search.without_early_eos`).
     """
     step_fn, first_ids, cache, length, limits, _ = _search_inputs(
         model, source_ids, extra_length, 1, cached, constraint, longest_extra
     )
-    return greedy_search(step_fn, first_ids, cache, length, limits, NEVER_GENERATED)
+    return greedy_search(step_fn, first_ids, cache, length, limits, NEVER_GENERATED, min_length)
 
 
 def beam_decode(
@@ -251,10 +256,11 @@ def beam_decode(
     longest_extra=None,
     compact=False,
     exact_hypotheses=None,
+    min_length=0,
 ) -> BeamSearchResult:
     """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
-    `constraint` and `longest_extra` as for `greedy_decode`, with one source row per
-    hypothesis; `compact` (not under XLA) and `exact_hypotheses` as for
+    `constraint`, `longest_extra` and `min_length` as for `greedy_decode`, with one source row
+    per hypothesis; `compact` (not under XLA) and `exact_hypotheses` as for
     `beam_search.beam_search`."""
     step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
@@ -271,6 +277,7 @@ def beam_decode(
         position_axes=axes,
         compact=compact,
         exact_hypotheses=exact_hypotheses,
+        min_length=min_length,
     )
 
 
@@ -284,16 +291,19 @@ def n_best_hypotheses(
     longest_extra=None,
     compact=False,
     exact_hypotheses=None,
+    min_length=0,
 ) -> BeamSearchResult:
     """The `beam_size` best hypotheses of each source, best first, as a `BeamSearchResult`:
     beam search's finished set, or for `beam_size` 1 greedy decoding's one hypothesis, scored
     as a beam's (log P / lp, §6.1). A slot the search left empty (fewer distinct hypotheses than
     beams) scores `NEG_INF`. A tensor `beam_size`, as a serving signature takes it, chooses at
-    run time; `longest_extra` as for `greedy_decode`; `compact` and `exact_hypotheses` as for
-    `beam_decode`."""
+    run time; `longest_extra` and `min_length` as for `greedy_decode`; `compact` and
+    `exact_hypotheses` as for `beam_decode`."""
 
     def greedy():
-        result = greedy_decode(model, source_ids, extra_length, True, constraint, longest_extra)
+        result = greedy_decode(
+            model, source_ids, extra_length, True, constraint, longest_extra, min_length
+        )
         scores = result.log_probs / length_penalty(result.lengths, alpha)
         one = (result.ids, scores, result.log_probs, result.lengths)
         return BeamSearchResult(*(tensor[:, None] for tensor in one), steps=result.steps)
@@ -310,6 +320,7 @@ def n_best_hypotheses(
             longest_extra,
             compact,
             exact_hypotheses,
+            min_length,
         )
 
     if isinstance(beam_size, int):
@@ -319,10 +330,13 @@ def n_best_hypotheses(
 
 def n_best_search(model, constraint=None, longest_extra=None, compact=False):
     """`n_best_hypotheses` of `model` under `constraint`, as a function of what varies from
-    call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None)`, the
-    arguments a `tf.function` of it takes (`Translator`'s, a serving signature's)."""
+    call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None,
+    min_length=0)`, the arguments a `tf.function` of it takes (`Translator`'s, a serving
+    signature's)."""
 
-    def search_n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None):
+    def search_n_best(
+        source_ids, beam_size, alpha, extra_length, exact_hypotheses=None, min_length=0
+    ):
         return n_best_hypotheses(
             model,
             source_ids,
@@ -333,6 +347,7 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
             longest_extra,
             compact,
             exact_hypotheses,
+            min_length,
         )
 
     return search_n_best
@@ -356,10 +371,19 @@ def best_of(result: BeamSearchResult, beam_size):
     return result.ids[:, 0], scores[:, 0]
 
 
-def best_hypotheses(model, source_ids, beam_size, alpha, extra_length, constraint=None):
+def best_hypotheses(
+    model, source_ids, beam_size, alpha, extra_length, constraint=None, min_length=0
+):
     """`best_of` the `n_best_hypotheses`, searched until the best is final."""
     result = n_best_hypotheses(
-        model, source_ids, beam_size, alpha, extra_length, constraint, exact_hypotheses=1
+        model,
+        source_ids,
+        beam_size,
+        alpha,
+        extra_length,
+        constraint,
+        exact_hypotheses=1,
+        min_length=min_length,
     )
     return best_of(result, beam_size)
 

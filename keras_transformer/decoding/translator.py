@@ -129,6 +129,7 @@ class Translator:
             tf.constant(search.alpha, tf.float32),
             search.extra_length,
             search.n_best,
+            search.min_length,
         )
         self.hypothesis_steps += hypothesis_steps(result, search.beam_size)
         return BeamSearchResult(*(tensor[:rows] for tensor in result))

@@ -42,7 +42,9 @@ export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by
 `keras_transformer.parsing.constituency.repaired_tree`, or well-formed as decoded when the
 translator carries a `tree_constraint.WellFormedTrees`, which then goes into every signature).
 TensorFlow Serving requires every input of a signature, so the search settings get a signature of
-their own rather than optional inputs.
+their own rather than optional inputs. The minimum length (`SearchSettings.min_length`, 0 by
+default) is the export's, in every signature: an input for it would be one that the clients of
+earlier exports do not send.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
 as one XLA program, which answers a request in much less time (docs/PERFORMANCE.md). XLA compiles
 once per request shape and search settings, seconds each; the search pads a request's batch to
@@ -122,7 +124,8 @@ class TranslationModule(tf.Module):
 
     Attributes:
         default_search: `serving_default`'s `SearchSettings` (its `n_best` is not used: the
-            signatures return the best hypothesis, or every one the search kept).
+            signatures return the best hypothesis, or every one the search kept; its
+            `min_length` is every signature's).
         beam_sizes: the beam sizes requests may ask for (sorted).
         longest_extra: the longest extra length requests may ask for.
     """
@@ -154,9 +157,13 @@ class TranslationModule(tf.Module):
         self, source_ids, beam_size, alpha, extra_length, exact_hypotheses=None
     ) -> BeamSearchResult:
         """The n-best hypotheses of source ids for a checked request search (with
-        `exact_hypotheses`, only that many of the best are sure to be the full search's)."""
+        `exact_hypotheses`, only that many of the best are sure to be the full search's) and
+        the export's minimum length."""
+        min_length = self.default_search.min_length
         if not self._jit_compile:
-            return self._n_best(source_ids, beam_size, alpha, extra_length, exact_hypotheses)
+            return self._n_best(
+                source_ids, beam_size, alpha, extra_length, exact_hypotheses, min_length
+            )
         # XLA compiles once per source shape and beam size (a Python int per branch; one
         # program serves every request, so it searches every hypothesis exactly): padding
         # the width and the batch to buckets bounds the shapes. The outputs are cut back to the
@@ -168,7 +175,9 @@ class TranslationModule(tf.Module):
         batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
         branches = [
-            functools.partial(self._n_best, padded, beam, alpha, extra_length)
+            functools.partial(
+                self._n_best, padded, beam, alpha, extra_length, min_length=min_length
+            )
             for beam in self.beam_sizes
         ]
         which = tf.argmax(

@@ -38,7 +38,13 @@ def tflite_search_function(model, source_length, search=SearchSettings(), constr
     @tf.function(input_signature=[spec])
     def translate(source_ids):
         target_ids, scores = best_hypotheses(
-            model, source_ids, search.beam_size, search.alpha, search.extra_length, constraint
+            model,
+            source_ids,
+            search.beam_size,
+            search.alpha,
+            search.extra_length,
+            constraint,
+            search.min_length,
         )
         return {"target_ids": target_ids, "scores": scores}
 

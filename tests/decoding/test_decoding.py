@@ -57,7 +57,8 @@ def bigram_table(vocab=12, seed=0):
     return logits
 
 
-def test_beam_of_one_without_penalty_is_greedy():
+@pytest.mark.parametrize("min_length", [0, 4])
+def test_beam_of_one_without_penalty_is_greedy(min_length):
     table = tf.constant(bigram_table())
 
     def symbols_to_logits(ids, step, cache):
@@ -65,9 +66,10 @@ def test_beam_of_one_without_penalty_is_greedy():
 
     first_ids = tf.constant([3, 4, 6, 7, 8, 10, 11], tf.int32)
     limits = tf.constant([20, 20, 20, 20, 20, 20, 2])  # the last stops at its limit
-    greedy = greedy_search(symbols_to_logits, first_ids, (), 20, limits)
-    beam = beam_search(symbols_to_logits, first_ids, (), 1, 0.0, 20, limits)
+    greedy = greedy_search(symbols_to_logits, first_ids, (), 20, limits, min_length=min_length)
+    beam = beam_search(symbols_to_logits, first_ids, (), 1, 0.0, 20, limits, min_length=min_length)
     assert np.any(greedy.ids.numpy() == EOS_ID), "some sentence should end with EOS"
+    assert not np.any(greedy.ids[:, :min_length].numpy() == EOS_ID)
     np.testing.assert_array_equal(beam.ids[:, 0].numpy(), greedy.ids.numpy())
     np.testing.assert_array_equal(beam.lengths[:, 0].numpy(), greedy.lengths.numpy())
     np.testing.assert_allclose(beam.log_probs[:, 0], greedy.log_probs, atol=1e-5)
@@ -91,6 +93,56 @@ def test_banned_tokens_are_never_generated_nor_normalized_over():
     np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
     unbanned = greedy_search(symbols_to_logits, first_ids, (), 2)
     assert unbanned.ids[0, 0] == PAD_ID  # what the ban rules out
+
+
+def test_min_length_holds_eos_back_and_normalizes_without_it():
+    # EOS scores highest at both steps; token 4 second.
+    table = np.array([[-9.0, -9.0, 5.0, 1.0, 3.0, 2.0]] * 2, "float32")
+
+    def symbols_to_logits(ids, step, cache):
+        return tf.tile(tf.gather(table, step)[None], [tf.shape(ids)[0], 1]), cache
+
+    first_ids, banned = tf.constant([BOS_ID]), (PAD_ID, BOS_ID)
+    greedy = greedy_search(symbols_to_logits, first_ids, (), 3, banned_ids=banned, min_length=1)
+    beam = beam_search(symbols_to_logits, first_ids, (), 2, 0.0, 3, banned_ids=banned, min_length=1)
+    allowed = table[0, 2:]
+    without_eos = allowed[1:] - np.log(np.exp(allowed[1:]).sum())  # 3, 4, 5
+    with_eos = allowed - np.log(np.exp(allowed).sum())  # EOS, 3, 4, 5
+    expected = without_eos[4 - 3] + with_eos[EOS_ID - 2]
+    np.testing.assert_array_equal(greedy.ids[0].numpy(), [4, EOS_ID, PAD_ID])
+    np.testing.assert_array_equal(beam.ids[0, 0].numpy(), [4, EOS_ID, PAD_ID])
+    np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_min_length_at_the_limit_makes_every_hypothesis_that_long(model, compact):
+    source, extra = padded(SOURCES), 6
+    limits = [len(row) + extra for row in SOURCES]
+    longest = max(limits)
+    greedy = greedy_decode(model, source, extra, min_length=longest)
+    beam = beam_decode(model, source, 3, 0.6, extra, compact=compact, min_length=longest)
+    np.testing.assert_array_equal(greedy.lengths.numpy(), limits)
+    np.testing.assert_array_equal(beam.lengths.numpy(), np.tile(np.array(limits)[:, None], 3))
+    for ids in (greedy.ids.numpy(), beam.ids.numpy()):
+        assert not np.any(ids == EOS_ID)
+    for row, limit in enumerate(limits):  # a token at every position up to the limit
+        assert np.all(greedy.ids[row, :limit].numpy() != PAD_ID)
+        assert np.all(beam.ids[row, :, :limit].numpy() != PAD_ID)
+
+
+def test_min_length_zero_as_a_tensor_changes_nothing(model):
+    source, zero = padded(SOURCES), tf.constant(0)
+    pairs = [
+        (greedy_decode(model, source, 6), greedy_decode(model, source, 6, min_length=zero)),
+        (
+            beam_decode(model, source, 3, 0.6, 6),
+            beam_decode(model, source, 3, 0.6, 6, min_length=zero),
+        ),
+    ]
+    for default, masked in pairs:
+        np.testing.assert_array_equal(masked.ids, default.ids)
+        np.testing.assert_array_equal(masked.lengths, default.lengths)
+        np.testing.assert_allclose(masked.log_probs, default.log_probs, atol=1e-6)
 
 
 def test_cached_decoding_equals_uncached(model):

@@ -289,6 +289,15 @@ def test_n_best_hypotheses_are_the_searchs_best_first_with_their_scores(translat
     assert [h.text for h in n_best[0]] == [t.decode() for t in texts]
 
 
+def test_min_length_at_the_longest_output_makes_every_hypothesis_that_long(translator):
+    source = pad_to_bucket(translator.encode_sentences(SENTENCES[:2]))
+    limits = np.minimum((source != 0).sum(axis=1) + EXTRA, translator.model.config.max_length)
+    for beam_size in (1, 3):
+        result = translator.decode_n_best(source, short(beam_size, n_best=beam_size, min_length=24))
+        np.testing.assert_array_equal(result.lengths, np.tile(limits[:, None], [1, beam_size]))
+        assert not np.any(result.ids.numpy() == EOS_ID)
+
+
 def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
     run_dir, tmp_path, translator
 ):

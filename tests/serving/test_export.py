@@ -406,6 +406,19 @@ def test_requests_within_the_set_trace_nothing_new(translator):
     assert module._n_best.experimental_get_tracing_count() == len(module.beam_sizes)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_signatures_search_with_the_exports_min_length(translator, jit_compile):
+    """The same inputs as before (clients of earlier exports keep working), the export's minimum
+    length: at the longest output, every translation is that long."""
+    search = SearchSettings(min_length=translator.model.config.max_length)
+    module = TranslationModule(translator.model, translator.tokenizer, search, None, jit_compile)
+    source = tf.constant([[40, 41, 42, 2], [43, 2, 0, 0]])
+    served = module.serve_ids(source, tf.constant(2), tf.constant(0.6), tf.constant(5))
+    lengths = (served["target_ids"].numpy() != 0).sum(axis=1)
+    np.testing.assert_array_equal(lengths, [4 + 5, 2 + 5])
+    assert not np.any(served["target_ids"].numpy() == EOS_ID)
+
+
 # Two beam sizes at three extra lengths each, one request shape, XLA dumping what it compiles.
 REQUESTS_OF_SEARCHES = """
 import sys
