@@ -1,0 +1,144 @@
+"""TFLite (LiteRT) exports: size and quality of float32, dynamic-range int8 and float16 weights.
+
+Table: docs/PERFORMANCE.md#tflite-sizes.
+
+For each run, exports `export --format tflite` three times (`--quantize` none, `dynamic`,
+`float16`) with one search fixed in the model, and translates Multi30k test_2016_flickr one
+sentence at a time with the `ai_edge_litert` interpreter on `--threads` threads (tokenization
+outside the model, as on a device):
+
+- `--model`: a trained Multi30k run, beam 4, α 0.6, +50 (§6.1); sacreBLEU of each export
+  against the references, and how many translations equal the float32 export's;
+- `--imported`: an imported pretrained model (`keras-transformer import`), greedy; how many of
+  each export's target ids equal the float32 export's, sentence for sentence.
+
+Also each file's size and the median latency of a sentence. One JSON line per run and export
+in the record.
+
+    .venv/bin/python benchmarks/tflite.py --model runs/demo [--imported RUN] [--sentences 1000]
+        [--imported-sentences 200] [--out benchmarks/results/tflite-<UTC stamp>.jsonl]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+
+from keras_transformer import runtime
+from keras_transformer.analysis.evaluation import corpus_scores
+from keras_transformer.decoding.translator import load_run
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.tflite import (
+    TFLITE_QUANTIZATIONS,
+    TFLITE_SOURCE_LENGTH,
+    export_tflite,
+)
+from pipelines.corpus import read_lines
+from pipelines.tokenizer import EOS_ID, PAD_ID
+
+REPO = Path(__file__).resolve().parent.parent
+SPLIT = "test_2016_flickr"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="a trained Multi30k run directory")
+    parser.add_argument("--imported", type=Path, help="an imported pretrained model's run")
+    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data/multi30k")
+    parser.add_argument("--sentences", type=int, default=1000, help="--model's")
+    parser.add_argument("--imported-sentences", type=int, default=200)
+    parser.add_argument("--source-length", type=int, default=TFLITE_SOURCE_LENGTH)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not (args.model or args.imported):
+        parser.error("give --model, --imported or both")
+    runtime.configure()
+    records = []
+    if args.model:
+        records += compare_exports(args, args.model, SearchSettings(), args.sentences)
+    if args.imported:
+        greedy = SearchSettings(beam_size=1)
+        records += compare_exports(args, args.imported, greedy, args.imported_sentences)
+    now = datetime.datetime.now(datetime.UTC)
+    out = args.out or REPO / f"benchmarks/results/tflite-{now:%Y-%m-%dT%H%MZ}.jsonl"
+    with out.open("w", encoding="utf-8") as file:
+        for record in records:
+            record.update(utc=f"{now:%Y-%m-%dT%H:%MZ}", cores=len(os.sched_getaffinity(0)))
+            file.write(json.dumps(record) + "\n")
+    print(f"wrote {out}")
+
+
+def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> list[dict]:
+    """One record per export of `run_dir`: size, latency, agreement with float32, and with
+    `--model`'s search, sacreBLEU."""
+    translator = load_run(run_dir)
+    language = json.loads((run_dir / "run.json").read_text())["target_language"]
+    sentences = read_lines(args.data_dir / f"{SPLIT}.en.gz")[:count]
+    references = read_lines(args.data_dir / f"{SPLIT}.{language}.gz")[:count]
+    sources = fixed_width_sources(translator, sentences, args.source_length)
+    records, float32_ids = [], None
+    with tempfile.TemporaryDirectory() as scratch:
+        for quantize in (None, *TFLITE_QUANTIZATIONS):
+            weights = quantize or "float32"
+            path = export_tflite(
+                translator,
+                Path(scratch) / f"{weights}.tflite",
+                quantize,
+                args.source_length,
+                search,
+            )
+            ids, seconds = translate_each(path, sources, args.threads)
+            float32_ids = float32_ids or ids
+            record = {
+                "run": str(run_dir),
+                "weights": weights,
+                "search": "greedy" if search.beam_size == 1 else f"beam{search.beam_size}",
+                "file_mib": round(path.stat().st_size / 2**20, 2),
+                "sentences": len(sources),
+                "same_ids_as_float32": sum(a == b for a, b in zip(ids, float32_ids, strict=True)),
+                "latency_median_ms": round(1000 * statistics.median(seconds), 1),
+            }
+            if search.beam_size > 1:
+                texts = translator.tokenizer.detokenize(tf.ragged.constant(ids, tf.int32))
+                texts = [text.decode("utf-8") for text in texts.numpy()]
+                scores = corpus_scores(texts, references, language, translator.tokenizer.lowercase)
+                record["sacrebleu"] = round(scores["bleu"], 2)
+            print(json.dumps(record), flush=True)
+            records.append(record)
+    return records
+
+
+def fixed_width_sources(translator, sentences, width) -> list[np.ndarray]:
+    """Each sentence's source ids `[1, width]`: truncated (EOS kept) or padded with PAD."""
+    rows = []
+    for ids in translator.encode_sentences(sentences):
+        ids = ids if len(ids) <= width else ids[: width - 1] + [EOS_ID]
+        rows.append(np.array([ids + [PAD_ID] * (width - len(ids))], np.int32))
+    return rows
+
+
+def translate_each(path, sources, threads):
+    """Each source's target ids (a list, to EOS or the end) and seconds, one call a sentence."""
+    runner = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner(
+        "translate"
+    )
+    outputs, seconds = [], []
+    for source in sources:
+        start = time.perf_counter()
+        target = runner(source_ids=source)["target_ids"][0].tolist()
+        seconds.append(time.perf_counter() - start)
+        outputs.append(target[: target.index(EOS_ID)] if EOS_ID in target else target)
+    return outputs, seconds
+
+
+if __name__ == "__main__":
+    main()
