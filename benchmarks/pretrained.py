@@ -26,11 +26,12 @@ number of threads for every engine (`--threads`). Ours trace (XLA: compile) a se
 shape, so one batch of each size is decoded before its measured pass; the others warm up once,
 on one batch of one sentence. Each engine runs in a child process of its own (its own
 peak RSS, VmHWM); transformers and CTranslate2's converter run in `--reference-python`, the
-reference virtual environment (benchmarks/requirements-reference.txt). Tokens/s counts the
+reference virtual environment (benchmarks/requirements-reference.txt), transformers with
+`OMP_WAIT_POLICY=PASSIVE` (`run_child`). Tokens/s counts the
 target tokens each engine returned, checked to be `--target-length` a sentence.
 
     .venv/bin/python benchmarks/pretrained.py [--threads 2] [--sentences 128]
-        [--batch1-sentences 8] [--source-length 16] [--target-length 24]
+        [--batch1-sentences 8] [--source-length 16] [--target-length 16]
         [--reference-python ../venv-reference/bin/python]
         [--out benchmarks/results/pretrained-<UTC stamp>.jsonl]
     .venv/bin/python benchmarks/pretrained.py --profile 64   # where a batch's time goes (ours)
@@ -98,8 +99,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data/multi30k")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--sentences", type=int, default=64, help="for batches 16 and 64")
-    parser.add_argument("--batch1-sentences", type=int, default=4)
+    parser.add_argument("--sentences", type=int, default=128, help="for batches 16 and 64")
+    parser.add_argument("--batch1-sentences", type=int, default=8)
     parser.add_argument("--source-length", type=int, default=16, help="pieces with EOS")
     parser.add_argument("--target-length", type=int, default=16, help="tokens decoded")
     parser.add_argument("--pieces", type=int, default=4000, help="each SentencePiece model's")
@@ -288,7 +289,10 @@ def run_child(args, engine, path, sources_path) -> dict:
         *("--target-length", str(args.target_length)),
     ]
     print(f"measuring {engine} ...", flush=True)
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    # PyTorch's OpenMP threads spin while they wait: on shared cores, a batch of one then
+    # decoded ten times slower than with the passive policy, which is what it gets.
+    environment = dict(os.environ, **({"OMP_WAIT_POLICY": "PASSIVE"} if engine == "torch" else {}))
+    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
     lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_TAG)]
     if completed.returncode or not lines:
         raise SystemExit(
