@@ -33,24 +33,25 @@ import datetime
 import gzip
 import json
 import os
-import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from records import (
+    SPEED_COLUMNS,
+    child_record,
+    machine,
+    markdown_table,
+    peak_rss_mib,
+    put_checkout_first,
+)
+
 REPO = Path(__file__).resolve().parent.parent
-# This script bears the engine's name: its directory goes to the end of the import path, so
-# that `import ctranslate2` finds the engine; the checkout's packages come first.
-BENCHMARKS = REPO / "benchmarks"
-sys.path[:] = [
-    str(REPO),
-    *(p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS),
-    str(BENCHMARKS),
-]
+put_checkout_first(REPO)  # `import ctranslate2` then finds the engine, not this directory's script
+
 ENGINES = ("keras", "keras-xla", "saved-model", "ct2-float32", "ct2-int8")
 BATCH_SIZES = (1, 16, 64)
 RESULT_TAG = "CTRANSLATE2_RESULT "
@@ -113,7 +114,7 @@ def compare(args):
             record.update(run=str(args.model), split=args.split, sentences=len(sources))
             record.update(machine(), utc=f"{now:%Y-%m-%dT%H:%MZ}")
             file.write(json.dumps(record) + "\n")
-    print(table(records))
+    print(markdown_table(records, TABLE_COLUMNS))
     print(f"wrote {out}")
 
 
@@ -147,16 +148,7 @@ def run_child(args, engine, path, outputs) -> dict:
         *("--threads", str(args.threads), "--batch1-sentences", str(args.batch1_sentences)),
         *(("--sentences", str(args.sentences)) if args.sentences else ()),
     ]
-    print(f"measuring {engine} ...", flush=True)
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_TAG)]
-    if completed.returncode or not lines:
-        raise SystemExit(
-            f"{engine} failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
-        )
-    record = json.loads(lines[-1][len(RESULT_TAG) :])
-    print(json.dumps(record), flush=True)
-    return record
+    return child_record(engine, command, RESULT_TAG, REPO)
 
 
 def add_bleu_and_agreement(records, references):
@@ -172,34 +164,12 @@ def add_bleu_and_agreement(records, references):
         record[f"same_as_{reference['engine']}"] = same
 
 
-def table(records) -> str:
-    header = (
-        "| engine | tokens/s b1 | b16 | b64 | p50 1 sentence | sacreBLEU | size | peak RSS |\n"
-        "|---|---|---|---|---|---|---|---|"
-    )
-    rows = [
-        f"| {r['engine']} | {r['tokens_per_s_b1']:,.0f} | {r['tokens_per_s_b16']:,.0f} | "
-        f"{r['tokens_per_s_b64']:,.0f} | {r['p50_ms_b1']:.0f} ms | {r['sacrebleu']:.2f} | "
-        f"{r['size_mib']:.1f} MiB | {r['peak_rss_mib']:,.0f} MiB |"
-        for r in records
-    ]
-    return "\n".join([header, *rows])
-
-
-def machine() -> dict:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    return {
-        "cpu": model,
-        "cores": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-    }
+TABLE_COLUMNS = {
+    **SPEED_COLUMNS,
+    "sacreBLEU": lambda r: f"{r['sacrebleu']:.2f}",
+    "size": lambda r: f"{r['size_mib']:.1f} MiB",
+    "peak RSS": lambda r: f"{r['peak_rss_mib']:,.0f} MiB",
+}
 
 
 # A child: one engine, every batch size.
@@ -231,15 +201,6 @@ def measure_engine(args):
     args.outputs.write_text(json.dumps(outputs, ensure_ascii=False), encoding="utf-8")
     record["peak_rss_mib"] = peak_rss_mib()
     print(RESULT_TAG + json.dumps(record), flush=True)
-
-
-def peak_rss_mib() -> int:
-    """This process's peak resident memory since its `exec` (VmHWM). Not `ru_maxrss`, which a
-    child inherits from its parent's at `fork`: the parent has TensorFlow and the exports."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def read_split(args, language) -> list[str]:

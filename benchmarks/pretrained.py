@@ -43,7 +43,6 @@ import datetime
 import gzip
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -52,15 +51,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from records import (
+    SPEED_COLUMNS,
+    child_record,
+    machine,
+    markdown_table,
+    peak_rss_mib,
+    put_checkout_first,
+)
+
 REPO = Path(__file__).resolve().parent.parent
-# The checkout's packages first; this script's directory last, so that its ctranslate2.py does
-# not hide the engine of that name (and `profile_step` is found).
-BENCHMARKS = REPO / "benchmarks"
-sys.path[:] = [
-    str(REPO),
-    *(p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS),
-    str(BENCHMARKS),
-]
+put_checkout_first(REPO)  # `import ctranslate2` then finds the engine, not this directory's script
+
 ENGINES = ("keras", "keras-xla", "saved-model", "torch", "ct2-float32", "ct2-int8")
 REFERENCE_ENGINES = ("torch", "ct2-float32", "ct2-int8")  # run in --reference-python
 # Traced (with XLA: compiled) once per batch shape, so warmed up at every batch size; the others
@@ -151,7 +153,7 @@ def compare(args, workdir: Path):
             )
             record.update(machine(), utc=f"{now:%Y-%m-%dT%H:%MZ}")
             file.write(json.dumps(record) + "\n")
-    print(table(records))
+    print(markdown_table(records, TABLE_COLUMNS))
     print(f"wrote {out}")
 
 
@@ -288,49 +290,17 @@ def run_child(args, engine, path, sources_path) -> dict:
         *("--source-length", str(args.source_length)),
         *("--target-length", str(args.target_length)),
     ]
-    print(f"measuring {engine} ...", flush=True)
     # PyTorch's OpenMP threads spin while they wait: on shared cores, a batch of one then
     # decoded ten times slower than with the passive policy, which is what it gets.
     environment = dict(os.environ, **({"OMP_WAIT_POLICY": "PASSIVE"} if engine == "torch" else {}))
-    completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=environment)
-    lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_TAG)]
-    if completed.returncode or not lines:
-        raise SystemExit(
-            f"{engine} failed:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
-        )
-    record = json.loads(lines[-1][len(RESULT_TAG) :])
-    print(json.dumps(record), flush=True)
-    return record
+    return child_record(engine, command, RESULT_TAG, REPO, environment)
 
 
-def table(records) -> str:
-    header = (
-        "| engine | tokens/s b1 | b16 | b64 | p50 1 sentence | size | peak RSS |\n"
-        "|---|---|---|---|---|---|---|"
-    )
-    rows = [
-        f"| {r['engine']} | {r['tokens_per_s_b1']:,.0f} | {r['tokens_per_s_b16']:,.0f} | "
-        f"{r['tokens_per_s_b64']:,.0f} | {r['p50_ms_b1']:,.0f} ms | {r['size_mib']:,.0f} MiB | "
-        f"{r['peak_rss_mib']:,} MiB |"
-        for r in records
-    ]
-    return "\n".join([header, *rows])
-
-
-def machine() -> dict:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
-    return {
-        "cpu": model,
-        "cores": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-    }
+TABLE_COLUMNS = {
+    **SPEED_COLUMNS,
+    "size": lambda r: f"{r['size_mib']:,.0f} MiB",
+    "peak RSS": lambda r: f"{r['peak_rss_mib']:,} MiB",
+}
 
 
 # A child: one engine, every batch size.
@@ -363,14 +333,6 @@ def measure_engine(args):
     record["load_average_after"] = os.getloadavg()[0]
     record["peak_rss_mib"] = peak_rss_mib()
     print(RESULT_TAG + json.dumps(record), flush=True)
-
-
-def peak_rss_mib() -> int:
-    """This process's peak resident memory since its `exec` (VmHWM)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def size_mib(args) -> float:

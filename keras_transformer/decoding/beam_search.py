@@ -259,15 +259,12 @@ def beam_search(
         max_lengths = tf.fill([batch_size], max_decode_length)
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
     state = _initial_state(initial_ids, beam_size, max_decode_length)
+
+    def allowed(logits, step):  # never the banned tokens; no EOS before `min_length` tokens
+        return without_early_eos(without_tokens(logits, banned_ids), step, min_length, eos_id)
+
     expand = functools.partial(
-        _expand,
-        symbols_to_logits_fn,
-        beam_size,
-        alpha,
-        eos_id,
-        banned_ids,
-        min_length,
-        position_axes,
+        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes
     )
     is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
     if compact:
@@ -361,15 +358,7 @@ def _initial_state(initial_ids, beam_size, max_decode_length):
 
 
 def _expand(
-    symbols_to_logits_fn,
-    beam_size,
-    alpha,
-    eos_id,
-    banned_ids,
-    min_length,
-    position_axes,
-    state,
-    max_lengths,
+    symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes, state, max_lengths
 ):
     """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
     those that end to the finished set and keeps the best `beam` others alive."""
@@ -379,8 +368,7 @@ def _expand(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    logits = without_tokens(tf.cast(logits, tf.float32), banned_ids)
-    log_probs = tf.nn.log_softmax(without_early_eos(logits, step, min_length, eos_id))
+    log_probs = tf.nn.log_softmax(allowed(tf.cast(logits, tf.float32), step))
     log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
     candidates = tf.reshape(
         state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]

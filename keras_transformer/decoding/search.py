@@ -375,16 +375,8 @@ def best_hypotheses(
     model, source_ids, beam_size, alpha, extra_length, constraint=None, min_length=0
 ):
     """`best_of` the `n_best_hypotheses`, searched until the best is final."""
-    result = n_best_hypotheses(
-        model,
-        source_ids,
-        beam_size,
-        alpha,
-        extra_length,
-        constraint,
-        exact_hypotheses=1,
-        min_length=min_length,
-    )
+    search = n_best_search(model, constraint)
+    result = search(source_ids, beam_size, alpha, extra_length, 1, min_length)
     return best_of(result, beam_size)
 
 
