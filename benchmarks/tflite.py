@@ -9,14 +9,14 @@ outside the model, as on a device):
 
 - `--model`: a trained Multi30k run, beam 4, α 0.6, +50 (§6.1); sacreBLEU of each export
   against the references, and how many translations equal the float32 export's;
-- `--imported`: an imported pretrained model (`keras-transformer import`), greedy; how many of
+- `--imported`: imported pretrained models (`keras-transformer import`), greedy; how many of
   each export's target ids equal the float32 export's, sentence for sentence.
 
 Also each file's size and the median latency of a sentence. One JSON line per run and export
 in the record.
 
-    .venv/bin/python benchmarks/tflite.py --model runs/demo [--imported RUN] [--sentences 1000]
-        [--imported-sentences 200] [--out benchmarks/results/tflite-<UTC stamp>.jsonl]
+    .venv/bin/python benchmarks/tflite.py --model runs/demo [--imported RUN ...]
+        [--sentences 1000] [--imported-sentences 100] [--out benchmarks/results/tflite-<UTC stamp>.jsonl]
 """
 
 import argparse
@@ -51,10 +51,12 @@ SPLIT = "test_2016_flickr"
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, help="a trained Multi30k run directory")
-    parser.add_argument("--imported", type=Path, help="an imported pretrained model's run")
+    parser.add_argument(
+        "--imported", type=Path, nargs="+", default=[], help="imported pretrained models' runs"
+    )
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared/data/multi30k")
     parser.add_argument("--sentences", type=int, default=1000, help="--model's")
-    parser.add_argument("--imported-sentences", type=int, default=200)
+    parser.add_argument("--imported-sentences", type=int, default=100)
     parser.add_argument("--source-length", type=int, default=TFLITE_SOURCE_LENGTH)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path)
@@ -65,9 +67,9 @@ def main():
     records = []
     if args.model:
         records += compare_exports(args, args.model, SearchSettings(), args.sentences)
-    if args.imported:
+    for run_dir in args.imported:
         greedy = SearchSettings(beam_size=1)
-        records += compare_exports(args, args.imported, greedy, args.imported_sentences)
+        records += compare_exports(args, run_dir, greedy, args.imported_sentences)
     now = datetime.datetime.now(datetime.UTC)
     out = args.out or REPO / f"benchmarks/results/tflite-{now:%Y-%m-%dT%H%MZ}.jsonl"
     with out.open("w", encoding="utf-8") as file:
