@@ -16,7 +16,8 @@ Also each file's size and the median latency of a sentence. One JSON line per ru
 in the record.
 
     .venv/bin/python benchmarks/tflite.py --model runs/demo [--imported RUN ...]
-        [--sentences 1000] [--imported-sentences 100] [--out benchmarks/results/tflite-<UTC stamp>.jsonl]
+        [--sentences 1000] [--imported-sentences 100]
+        [--out benchmarks/results/tflite-<UTC stamp>.jsonl]
 """
 
 import argparse
