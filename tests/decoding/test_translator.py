@@ -109,6 +109,27 @@ def test_translate_command_reads_a_file_and_writes_lines(run_dir, tmp_path, tran
     assert lines == translator.translate(SENTENCES, short(2))
 
 
+def test_min_length_flag_reaches_translate_and_names_evaluate_files(
+    run_dir, first_lines_data, tmp_path, translator
+):
+    source, output = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    arguments = ["--model", str(run_dir), "--beam", "2", "--extra-length", str(EXTRA)]
+    longest = ["--min-length", "24"]  # the model's max_length: every output at its limit
+    cli.main(["translate", *arguments, *longest, "--input", str(source), "--output", str(output)])
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert lines == translator.translate(SENTENCES, short(2, min_length=24))
+    evaluated = tmp_path / "eval"
+    cli.main(
+        ["evaluate", *arguments, *longest, "--data-dir", str(first_lines_data)]
+        + ["--output", str(evaluated)]
+    )
+    scores = json.loads(
+        (evaluated / "test_2016_flickr.beam2.alpha0.6.min24.scores.json").read_text()
+    )
+    assert scores["min_length"] == 24
+
+
 def test_a_directory_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="config.json not found: is .* a training run dir"):
         load_run(tmp_path)
