@@ -89,17 +89,17 @@ def read_tensors(path) -> CheckpointTensors:
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    data = path.read_bytes()
-    if len(data) < 8:
+    if path.stat().st_size < 8:
         raise CheckpointError(f"{path} is truncated: it lacks even the safetensors header length")
-    (header_length,) = struct.unpack("<Q", data[:8])
+    data = np.memmap(path, dtype=np.uint8, mode="r")  # each tensor is copied out of it
+    (header_length,) = struct.unpack("<Q", data[:8].tobytes())
     try:
-        header = json.loads(data[8 : 8 + header_length])
+        header = json.loads(data[8 : 8 + header_length].tobytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(
             f"{path} is not a safetensors file (or is truncated): {error}"
         ) from error
-    buffer = memoryview(data)[8 + header_length :]
+    buffer = data[8 + header_length :]
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -112,9 +112,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             )
         if entry["dtype"] not in SAFETENSORS_DTYPES:
             raise CheckpointError(f"{path}: tensor {name!r} has unknown dtype {entry['dtype']}")
-        raw = np.frombuffer(
-            buffer[begin:end], dtype=_storage_dtype(entry["dtype"], SAFETENSORS_DTYPES)
-        )
+        raw = buffer[begin:end].view(_storage_dtype(entry["dtype"], SAFETENSORS_DTYPES))
         tensors[name] = _as_array(raw, SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
     return tensors
 
