@@ -75,7 +75,7 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
     config = checkpoint.transformer_config(options.max_length)
     order = checkpoint.vocabulary_order()
     model = Transformer(config)
-    assign_weights(model, checkpoint.read_weights(), order)
+    assign_weights(model, checkpoint.tensors, order)
     source_language, target_language = checkpoint.languages
     settings = {
         "imported_from": imported_from,

@@ -108,6 +108,7 @@ class MarianCheckpoint:
         if not found:
             raise CheckpointError(f"{self.directory} holds neither {' nor '.join(WEIGHTS_FILES)}")
         self.weights_path = self.directory / found[0]
+        self._tensors = None
 
     def setting(self, name):
         """config.json's `name`, else MarianConfig's default for it; a setting with neither is
@@ -149,6 +150,10 @@ class MarianCheckpoint:
                     f"{len(self.vocabulary)} ids"
                 )
         specials = [pad, eos, unk]
+        if len(set(specials)) < len(specials):
+            raise CheckpointError(
+                f"{self.directory}: pad ({pad}), eos ({eos}) and unknown ({unk}) ids must differ"
+            )
         others = [i for i in range(len(self.vocabulary)) if i not in specials]
         return np.array([-1, *specials, *others])
 
@@ -181,7 +186,8 @@ class MarianCheckpoint:
             sinusoid_layout="halves",
             max_length=max_length or positions,
             tie_embeddings=self.setting("tie_word_embeddings"),
-            output_bias=True,
+            # transformers' Marian adds `final_logits_bias` always, zeros where it is missing.
+            output_bias="final_logits_bias" in self.tensors,
             layer_norm_epsilon=TRANSFORMERS_LAYER_NORM_EPSILON,
         )
 
@@ -230,9 +236,12 @@ class MarianCheckpoint:
                 f"{self.directory / VOCAB_FILE} holds {len(self.vocabulary)} pieces"
             )
 
-    def read_weights(self) -> CheckpointTensors:
-        """The checkpoint's tensors, named as transformers names them with `model.` in front."""
-        return read_tensors(self.weights_path)
+    @property
+    def tensors(self) -> CheckpointTensors:
+        """The weights file's tensors, named as transformers names them; read once."""
+        if self._tensors is None:
+            self._tensors = read_tensors(self.weights_path)
+        return self._tensors
 
 
 def assign_weights(model, tensors: CheckpointTensors, order: np.ndarray):
@@ -245,13 +254,14 @@ def assign_weights(model, tensors: CheckpointTensors, order: np.ndarray):
         (config.vocab_size - 1, config.d_model),
     )
     _set(model.source_embedding.embeddings, _reorder(embedding, order))
-    bias = weights.get(("final_logits_bias",), (1, config.vocab_size - 1))[0]
-    if config.tie_embeddings:
-        _set(model.source_embedding.logits_bias, _reorder(bias, order))
-    else:
+    if not config.tie_embeddings:
         output = weights.get(("lm_head.weight",), (config.vocab_size - 1, config.d_model))
         _set(model.output_projection.kernel, _reorder(output, order).T)
-        _set(model.output_projection.bias, _reorder(bias, order))
+    if config.output_bias:
+        bias = weights.get(("final_logits_bias",), (1, config.vocab_size - 1))[0]
+        tied = config.tie_embeddings
+        variable = model.source_embedding.logits_bias if tied else model.output_projection.bias
+        _set(variable, _reorder(bias, order))
     for i, layer in enumerate(model.encoder_layers):
         prefix = f"model.encoder.layers.{i}."
         _assign_attention(layer.self_attention, weights, prefix + "self_attn.", config)

@@ -112,6 +112,13 @@ def test_untied_output_embeddings_are_a_separate_projection(tmp_path):
     np.testing.assert_allclose(logits[1], logits[0], atol=1e-5)
 
 
+def test_without_final_logits_bias_the_logits_have_no_bias(tmp_path):
+    tensors = marian_tensors()
+    del tensors["final_logits_bias"]
+    checkpoint = write_marian_checkpoint(tmp_path / "checkpoint", tensors=tensors)
+    assert not read_config(import_checkpoint(checkpoint, tmp_path / "run")).output_bias
+
+
 def test_a_missing_tensor_names_the_file_and_the_tensor(tmp_path):
     tensors = marian_tensors()
     del tensors["model.decoder.layers.1.fc2.bias"]
