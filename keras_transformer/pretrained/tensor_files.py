@@ -68,6 +68,9 @@ class CheckpointTensors(Mapping):
             raise CheckpointError(f"{self.path} holds no tensor {name!r}: the checkpoint is broken")
         return self._tensors[name]
 
+    def __contains__(self, name):
+        return name in self._tensors
+
     def __iter__(self):
         return iter(self._tensors)
 
