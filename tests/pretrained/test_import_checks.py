@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
+from imported_runs import FIXTURES
 from keras_transformer import Transformer
 from keras_transformer.config import ConfigError
-from keras_transformer.pretrained import importer
 from keras_transformer.pretrained.importer import (
     DownloadError,
     ImportOptions,
@@ -158,34 +158,36 @@ def test_an_existing_output_is_never_written_over(tmp_path):
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
 
 
-def test_a_hub_name_is_downloaded_with_huggingface_hub(tmp_path, monkeypatch):
-    """A stand-in for `snapshot_download` serves a checkpoint directory, holding its weights
-    as pytorch_model.bin only where it lacks model.safetensors."""
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_hub_name_is_downloaded_with_huggingface_hub(tmp_path, monkeypatch, weights):
+    """A stand-in for `snapshot_download` serves a repository holding `weights`: the import
+    downloads model.safetensors where there is one, else pytorch_model.bin, never both."""
     import huggingface_hub
 
-    repository = write_marian_checkpoint(tmp_path / "hub")
-    calls = []
+    repository = FIXTURES / "classic" if weights == "pytorch_model.bin" else None
+    repository = repository or write_marian_checkpoint(tmp_path / "hub")
+    downloaded = []
 
     def snapshot_download(repo_id, allow_patterns, **_):
-        calls.append((repo_id, sorted(allow_patterns)))
         snapshot = tmp_path / "cache" / repo_id
         snapshot.mkdir(parents=True, exist_ok=True)
         for path in repository.iterdir():
             if path.name in allow_patterns:
                 (snapshot / path.name).write_bytes(path.read_bytes())
+                downloaded.append(path.name)
         return str(snapshot)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     run = import_checkpoint("Helsinki-NLP/opus-mt-en-de", tmp_path / "run")
     assert read_settings(run)["imported_from"] == "Helsinki-NLP/opus-mt-en-de"
-    assert len(calls) == 1 and "model.safetensors" in calls[0][1]
-    assert "pytorch_model.bin" not in calls[0][1]  # not downloaded where safetensors serves
+    assert weights in downloaded
+    assert {"model.safetensors", "pytorch_model.bin"} - {weights} - set(downloaded)
 
 
 def test_without_huggingface_hub_a_hub_name_says_which_extra_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(DownloadError, match=r"pip install 'keras-transformer\[pretrained\]'"):
-        importer.import_checkpoint("Helsinki-NLP/opus-mt-en-de", tmp_path / "run")
+        import_checkpoint("Helsinki-NLP/opus-mt-en-de", tmp_path / "run")
 
 
 def test_a_source_neither_directory_nor_hub_name_is_named(tmp_path):
