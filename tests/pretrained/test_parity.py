@@ -22,14 +22,21 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="module", params=CHECKPOINTS)
-def imported(request, imported_run):
-    """(name, translator): the imported checkpoint's translator whose length limit is
-    transformers' `max_new_tokens`, and its sources' ids as our tokenizer makes them."""
+def imported_model(request, imported_run):
+    """(name, run, model): an imported checkpoint, its model's length limit transformers'
+    `max_new_tokens`."""
     name = request.param
     run = imported_run(name)
-    limit = reference(name)["max_new_tokens"]
-    model = Transformer(read_config(run).replace(max_length=limit))
+    model = Transformer(read_config(run).replace(max_length=reference(name)["max_new_tokens"]))
     model.load_weights(run / FINAL_WEIGHTS)
+    return name, run, model
+
+
+@pytest.fixture
+def imported(imported_model):
+    """(name, translator). The tokenizer is made in the test: `tf.random.set_seed` (the
+    `_seed` fixture) deletes the SentencePiece resources of tokenizers made before it."""
+    name, run, model = imported_model
     return name, Translator(model, run_tokenizer(run))
 
 
