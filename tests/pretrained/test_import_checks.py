@@ -193,3 +193,18 @@ def test_without_huggingface_hub_a_hub_name_says_which_extra_to_install(tmp_path
 def test_a_source_neither_directory_nor_hub_name_is_named(tmp_path):
     with pytest.raises(ConfigError, match="no-such-checkpoint"):
         import_checkpoint(tmp_path / "no-such-checkpoint", tmp_path / "run")
+
+
+def test_the_command_prints_what_it_wrote_or_one_line_naming_the_refusal(tmp_path, capsys):
+    from keras_transformer.cli import main
+
+    checkpoint = write_marian_checkpoint(tmp_path / "checkpoint")
+    assert main(["import", str(checkpoint), "--output", str(tmp_path / "run")]) == 0
+    assert capsys.readouterr().out == f"imported {checkpoint} into {tmp_path / 'run'}\n"
+    refused = write_marian_checkpoint(tmp_path / "pre-norm", {"normalize_before": True})
+    with pytest.raises(SystemExit) as stop:
+        main(["import", str(refused), "--output", str(tmp_path / "other"), "--max-length", "64"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("keras-transformer import: error: ") and error.count("\n") == 1
+    assert "normalize_before=True (pre-norm residuals)" in error
