@@ -73,6 +73,7 @@ MARIAN_DEFAULTS = {
     "normalize_before": False,
     "normalize_embedding": False,
     "static_position_embeddings": True,
+    "add_final_layer_norm": False,
 }
 
 
@@ -214,6 +215,7 @@ class MarianCheckpoint:
             ("share_encoder_decoder_embeddings", True, "(separate source and target embeddings)"),
             ("normalize_before", False, "(pre-norm residuals)"),
             ("normalize_embedding", False, "(a layer norm on the embeddings)"),
+            ("add_final_layer_norm", False, "(a layer norm after the last layer)"),
             ("static_position_embeddings", True, "(learned positions)"),
             ("scale_embedding", True, "(embeddings not scaled by √d_model)"),
         )

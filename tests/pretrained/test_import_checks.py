@@ -35,6 +35,7 @@ def leaves_nothing(output):
         ({"normalize_before": True}, "normalize_before=True"),
         ({"normalize_embedding": True}, "normalize_embedding=True"),
         ({"static_position_embeddings": False}, "static_position_embeddings=False"),
+        ({"add_final_layer_norm": True}, "add_final_layer_norm=True"),
         ({"scale_embedding": False}, "scale_embedding=False"),
         ({"activation_function": "gelu_new"}, "activation_function='gelu_new'"),
         ({"decoder_start_token_id": EOS}, f"decoder_start_token_id={EOS}"),
