@@ -7,9 +7,12 @@ Two formats, those Hugging Face checkpoints come in:
   the byte buffer after it, then that buffer. Read here directly: a truncated file is then an
   error naming the first tensor whose bytes are missing.
 - `pytorch_model.bin`: `torch.save`'s zip archive, `<name>/data.pkl` (a pickle of the state dict)
-  beside `<name>/data/<key>` (each storage's raw little-endian bytes). The pickle is read by a
-  restricted unpickler that knows only how torch rebuilds a tensor from a storage, so unlike
-  `torch.load` it runs no other code the file names: a checkpoint from the hub is untrusted data.
+  beside `<name>/data/<key>` (each storage's raw little-endian bytes), or, as torch wrote before
+  1.6 and older OPUS-MT uploads hold, its legacy format: pickles of a magic number, a protocol
+  version, system information and the state dict, a pickle of the storage keys, then each
+  storage's element count (int64) and bytes. The pickles are read by a restricted unpickler
+  that knows only how torch rebuilds a tensor from a storage, so unlike `torch.load` it runs no
+  other code the file names: a checkpoint from the hub is untrusted data.
 
 `read_tensors(path)` returns a `CheckpointTensors`, a mapping from tensor names to float32 (or
 integer) arrays whose missing names are errors naming the file.
@@ -29,6 +32,8 @@ import numpy as np
 
 from keras_transformer.run_directory import CheckpointError
 
+# The first pickle of a legacy `torch.save` file.
+LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 SAFETENSORS_DTYPES = {
     "F64": np.float64,
     "F32": np.float32,
@@ -81,7 +86,7 @@ class CheckpointTensors(Mapping):
 def read_tensors(path) -> CheckpointTensors:
     """The tensors of a `.safetensors` file or of a `torch.save` zip archive (`.bin`, `.pt`)."""
     path = Path(path)
-    reader = read_safetensors if path.suffix == ".safetensors" else read_torch_archive
+    reader = read_safetensors if path.suffix == ".safetensors" else read_torch_file
     try:
         return CheckpointTensors(path, reader(path))
     except OSError as error:
@@ -120,48 +125,91 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-# -- torch.save's zip archive -----------------------------------------------------------------
+# -- torch.save's files ------------------------------------------------------------------------
 
 
-def read_torch_archive(path: Path) -> dict[str, np.ndarray]:
-    try:
-        archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as error:
-        raise CheckpointError(
-            f"{path} is truncated or not a torch.save zip archive ({error}); torch's legacy "
-            "format is not read: use the checkpoint's model.safetensors"
-        ) from error
-    with archive:
+def read_torch_file(path: Path) -> dict[str, np.ndarray]:
+    """A state dict saved by `torch.save`: its zip archive (torch 1.6 and later) or its legacy
+    format (a sequence of pickles, then the storages' bytes), as older OPUS-MT uploads are."""
+    if zipfile.is_zipfile(path):
+        return _read_torch_archive(path)
+    with open(path, "rb") as file:
+        try:
+            magic, _protocol, _system = (_TorchUnpickler(file).load() for _ in range(3))
+        except Exception:  # other bytes may raise anything unpickling raises (pickle's docs)
+            magic = None
+        if magic != LEGACY_MAGIC_NUMBER:
+            raise CheckpointError(f"{path} is truncated, or neither a torch.save file nor a zip")
+        return _read_torch_legacy(path, file)
+
+
+def _read_torch_archive(path: Path) -> dict[str, np.ndarray]:
+    with zipfile.ZipFile(path) as archive:
         pickles = [name for name in archive.namelist() if name.endswith("/data.pkl")]
         if len(pickles) != 1:
             raise CheckpointError(f"{path} holds no data.pkl: not a torch.save archive")
         root = pickles[0][: -len("data.pkl")]
+
+        def storage_bytes(key):
+            try:
+                return archive.read(f"{root}data/{key}")
+            except KeyError as error:
+                raise pickle.UnpicklingError(f"storage {root}data/{key} is missing") from error
+
         try:
-            state = _TorchUnpickler(archive, root, path).load_pickle(pickles[0])
+            with archive.open(pickles[0]) as file:
+                state = _load_state(path, _TorchUnpickler(file, storage_bytes))
         except (zipfile.BadZipFile, EOFError, pickle.UnpicklingError) as error:
             raise CheckpointError(f"{path} is broken: {error}") from error
+    return _tensors(state)
+
+
+def _read_torch_legacy(path: Path, file) -> dict[str, np.ndarray]:
+    """After the state dict's pickle: a pickle of the storage keys, then each storage in that
+    order, its element count (int64) before its bytes."""
+    unpickler = _TorchUnpickler(file)
+    try:
+        state = _load_state(path, unpickler)
+        keys = _TorchUnpickler(file).load()
+    except (EOFError, pickle.UnpicklingError) as error:
+        raise CheckpointError(f"{path} is broken: {error}") from error
+    for key in keys:
+        storage = unpickler.storages[key]
+        count = file.read(8)
+        size = int.from_bytes(count, "little") * storage.dtype.itemsize
+        raw = file.read(size)
+        if len(count) < 8 or len(raw) < size:
+            users = sorted(name for name, view in state.items() if view.storage is storage)
+            raise CheckpointError(f"{path} is truncated: the data of tensor {users[0]!r} is cut")
+        storage.fill(raw)
+    return _tensors(state)
+
+
+def _load_state(path, unpickler) -> dict:
+    state = unpickler.load()
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return dict(state)
+    return state
+
+
+def _tensors(state: dict) -> dict[str, np.ndarray]:
+    return {name: view.array() for name, view in state.items() if isinstance(view, _TensorView)}
 
 
 class _TorchUnpickler(pickle.Unpickler):
-    """Rebuilds a state dict's tensors as numpy arrays; any other global the pickle names is
-    refused, so no code from the file runs."""
+    """Rebuilds a state dict's tensors as views of storages; any other global the pickle names
+    is refused, so no code from the file runs. `storage_bytes(key)` reads a storage as the
+    pickle names it (zip archives); without it, storages are filled later (legacy files)."""
 
-    def __init__(self, archive: zipfile.ZipFile, root: str, path: Path):
-        self.archive, self.root, self.path = archive, root, path
+    def __init__(self, file, storage_bytes=None):
+        super().__init__(file)
+        self.storage_bytes = storage_bytes
         self.storages = {}
-
-    def load_pickle(self, name):
-        with self.archive.open(name) as file:
-            super().__init__(file)
-            return self.load()
 
     def find_class(self, module, name):
         allowed = {
             ("collections", "OrderedDict"): collections.OrderedDict,
-            ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
+            ("torch._utils", "_rebuild_tensor_v2"): _TensorView,
             ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
         }
         if (module, name) in allowed:
@@ -171,26 +219,41 @@ class _TorchUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it names {module}.{name}, which a state dict does not hold")
 
     def persistent_load(self, saved_id):
-        kind, storage_type, key, _location, _numel = saved_id
-        if kind != "storage" or storage_type not in TORCH_STORAGE_DTYPES:
+        kind, storage_type, key = saved_id[:3]
+        view = saved_id[5] if len(saved_id) > 5 else None  # legacy files' views of storages
+        if kind != "storage" or storage_type not in TORCH_STORAGE_DTYPES or view is not None:
             raise pickle.UnpicklingError(f"unknown storage {saved_id!r}")
         if key not in self.storages:
-            member = f"{self.root}data/{key}"
-            try:
-                raw = self.archive.read(member)
-            except KeyError as error:
-                raise pickle.UnpicklingError(f"storage {member} is missing") from error
-            dtype = TORCH_STORAGE_DTYPES[storage_type]
-            self.storages[key] = _as_array(
-                np.frombuffer(raw, _storage_dtype(storage_type, TORCH_STORAGE_DTYPES)), dtype
-            )
+            storage = _Storage(storage_type)
+            if self.storage_bytes:
+                storage.fill(self.storage_bytes(key))
+            self.storages[key] = storage
         return self.storages[key]
 
 
-def _rebuild_tensor(storage, offset, shape, stride, *_):
-    """`torch._utils._rebuild_tensor_v2`: a strided view of a storage, copied."""
-    strides = [step * storage.itemsize for step in stride]
-    return np.lib.stride_tricks.as_strided(storage[offset:], shape, strides).copy()
+class _Storage:
+    """A torch storage's elements, as numpy computes with them once `fill`ed."""
+
+    def __init__(self, storage_type):
+        self.type = storage_type
+        self.dtype = _storage_dtype(storage_type, TORCH_STORAGE_DTYPES)
+        self.elements = None
+
+    def fill(self, raw: bytes):
+        self.elements = _as_array(np.frombuffer(raw, self.dtype), TORCH_STORAGE_DTYPES[self.type])
+
+
+class _TensorView:
+    """`torch._utils._rebuild_tensor_v2(storage, offset, shape, stride, ...)`: a strided view
+    of a storage, read once the storage is filled."""
+
+    def __init__(self, storage: _Storage, offset, shape, stride, *_):
+        self.storage, self.offset, self.shape, self.stride = storage, offset, shape, stride
+
+    def array(self) -> np.ndarray:
+        elements = self.storage.elements
+        strides = [step * elements.itemsize for step in self.stride]
+        return np.lib.stride_tricks.as_strided(elements[self.offset :], self.shape, strides).copy()
 
 
 def _rebuild_parameter(data, *_):

@@ -1,7 +1,9 @@
 """`read_tensors` against files written by the safetensors library and by torch.save (the
-reference checkpoints), and a pickle that would run code."""
+reference checkpoint's zip archive; tests/fixtures/torch, its legacy format), broken files, and
+a pickle that would run code."""
 
 import io
+import json
 import os
 import pickle
 import zipfile
@@ -15,6 +17,7 @@ from keras_transformer.run_directory import CheckpointError
 from repo_paths import REPO_ROOT
 
 CLASSIC = REPO_ROOT / "tests" / "fixtures" / "marian" / "classic"
+LEGACY = REPO_ROOT / "tests" / "fixtures" / "torch"
 
 
 def test_safetensors_tensors_come_back_as_written(tmp_path):
@@ -50,6 +53,24 @@ def test_a_truncated_torch_archive_names_the_file(tmp_path):
     truncated = tmp_path / "pytorch_model.bin"
     truncated.write_bytes((CLASSIC / "pytorch_model.bin").read_bytes()[:-5000])
     with pytest.raises(CheckpointError, match=r"pytorch_model\.bin is truncated"):
+        read_tensors(truncated)
+
+
+def test_a_legacy_torch_file_is_read_as_torch_reads_it():
+    """Float32, float16, bfloat16 (widened to float32), int64, a parameter, and a strided view
+    of another tensor's storage."""
+    expected = json.loads((LEGACY / "expected.json").read_text())
+    tensors = read_tensors(LEGACY / "legacy.bin")
+    assert sorted(tensors) == sorted(expected)
+    for name, tensor in expected.items():
+        np.testing.assert_array_equal(tensors[name].astype(np.float32), tensor["values"])
+    assert tensors["half"].dtype == np.float16 and tensors["ids"].dtype == np.int64
+
+
+def test_a_truncated_legacy_torch_file_names_the_file_and_a_tensor(tmp_path):
+    truncated = tmp_path / "pytorch_model.bin"
+    truncated.write_bytes((LEGACY / "legacy.bin").read_bytes()[:-10])
+    with pytest.raises(CheckpointError, match=r"pytorch_model\.bin is truncated: .*tensor '\w+'"):
         read_tensors(truncated)
 
 
