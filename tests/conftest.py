@@ -105,8 +105,9 @@ def exported(run_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def imported_run(tmp_path_factory):
-    """`imported_run(name)`: the reference Marian checkpoint tests/fixtures/marian/<name>
-    ("classic", "tc-big") imported once a session; its run directory (tests/imported_runs.py)."""
+    """`imported_run(name, max_length=None)`: the reference Marian checkpoint
+    tests/fixtures/marian/<name> ("classic", "tc-big") imported once a session; its run
+    directory (tests/imported_runs.py)."""
     from imported_runs import ImportedRuns
 
     return ImportedRuns(tmp_path_factory.mktemp("imported"))

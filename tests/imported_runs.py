@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from keras_transformer.pretrained.importer import import_checkpoint
+from keras_transformer.pretrained.importer import ImportOptions, import_checkpoint
 from keras_transformer.pretrained.marian import MarianCheckpoint
 from repo_paths import REPO_ROOT
 
@@ -19,16 +19,17 @@ CHECKPOINTS = ("classic", "tc-big")
 
 
 class ImportedRuns:
-    """`runs(name)`: the run directory of checkpoint `name`, imported on first use into
-    `directory`."""
+    """`runs(name, max_length=None)`: the run directory of checkpoint `name`, imported on first
+    use into `directory`; `max_length` lowers the checkpoint's (`ImportOptions`), which makes
+    the decoding cache and exports smaller."""
 
     def __init__(self, directory):
         self.directory = directory
 
-    def __call__(self, name):
-        run = self.directory / name
+    def __call__(self, name, max_length=None):
+        run = self.directory / (name if max_length is None else f"{name}-max{max_length}")
         if not run.exists():
-            import_checkpoint(FIXTURES / name, run)
+            import_checkpoint(FIXTURES / name, run, ImportOptions(max_length=max_length))
         return run
 
 

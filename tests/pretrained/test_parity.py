@@ -23,11 +23,11 @@ TOLERANCE = 1e-4
 
 @pytest.fixture(scope="module", params=CHECKPOINTS)
 def imported_model(request, imported_run):
-    """(name, run, model): an imported checkpoint, its model's length limit transformers'
-    `max_new_tokens`."""
+    """(name, run, model): a checkpoint imported with max_length transformers'
+    `max_new_tokens`, so that both searches stop at the same length."""
     name = request.param
-    run = imported_run(name)
-    model = Transformer(read_config(run).replace(max_length=reference(name)["max_new_tokens"]))
+    run = imported_run(name, max_length=reference(name)["max_new_tokens"])
+    model = Transformer(read_config(run))
     model.load_weights(run / FINAL_WEIGHTS)
     return name, run, model
 
