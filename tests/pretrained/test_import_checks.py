@@ -51,25 +51,35 @@ def test_what_our_config_cannot_represent_is_refused_by_name(tmp_path, changes, 
 
 def test_the_config_and_the_vocabulary_follow_the_checkpoint(tmp_path):
     checkpoint = write_marian_checkpoint(tmp_path / "checkpoint", {"activation_function": "relu"})
-    run = import_checkpoint(checkpoint, tmp_path / "run")
-    config = read_config(run)
-    assert (config.num_layers, config.d_model, config.num_heads, config.d_ff) == (2, 16, 2, 32)
-    assert (config.ffn_activation, config.sinusoid_layout, config.max_length) == (
-        "relu",
-        "halves",
-        512,
-    )
-    assert (config.output_bias, config.tie_embeddings, config.layer_norm_epsilon) == (
-        True,
-        True,
-        1e-5,
-    )
-    assert (config.residual_dropout, config.vocab_size) == (0.1, len(PIECES) + 1)
+    config = read_config(import_checkpoint(checkpoint, tmp_path / "run"))
+    expected = {
+        "num_layers": 2,
+        "d_model": 16,
+        "num_heads": 2,
+        "d_ff": 32,
+        "ffn_activation": "relu",
+        "sinusoid_layout": "halves",
+        "max_length": 512,
+        "output_bias": True,
+        "tie_embeddings": True,
+        "layer_norm_epsilon": 1e-5,
+        "residual_dropout": 0.1,
+        "vocab_size": len(PIECES) + 1,
+    }
+    assert {name: getattr(config, name) for name in expected} == expected
     # Our PAD (new), BOS (Marian's <pad>), EOS, UNK, then Marian's order.
-    expected = [NEW_PAD_PIECE, "<pad>", "</s>", "<unk>", *PIECES[2:PAD]]
-    assert read_vocabulary(run / "vocabulary.txt") == expected
+    run = tmp_path / "run"
+    pieces = [NEW_PAD_PIECE, "<pad>", "</s>", "<unk>", *PIECES[2:PAD]]
+    assert read_vocabulary(run / "vocabulary.txt") == pieces
     assert read_settings(run)["source_language"] == "en"
     assert json.loads((run / "vocab.json").read_text())["<pad>"] == PAD
+
+
+def test_two_vocabularies_are_refused_by_name(tmp_path):
+    checkpoint = write_marian_checkpoint(tmp_path / "checkpoint")
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+    with pytest.raises(UnsupportedCheckpointError, match="separate_vocabs=True"):
+        import_checkpoint(checkpoint, tmp_path / "run")
 
 
 def test_max_length_may_lower_the_positions_never_raise_them(tmp_path):
