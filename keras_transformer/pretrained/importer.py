@@ -12,14 +12,16 @@ The run directory it writes is one every command accepts as a trained run:
 
 It is written into `partial-NAME/` beside the output and renamed to it once complete: an import
 that fails (a refused setting, a broken weights file, a full disk) or is killed leaves no run
-directory behind. A source that is no directory but looks like `owner/name` is downloaded from
-the Hugging Face Hub with `huggingface_hub` (the `pretrained` extra).
+directory behind. A source is a Hugging Face checkpoint directory, a Marian release directory
+(`marian_release`: it holds decoder.yml), or a name like `owner/name`, downloaded from the
+Hugging Face Hub with `huggingface_hub` (the `pretrained` extra).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -40,6 +42,7 @@ from keras_transformer.pretrained.marian import (
     assign_weights,
     vocabulary_pieces,
 )
+from keras_transformer.pretrained.marian_release import MarianRelease, holds_marian_release
 from pipelines.marian_tokenizer import VOCABULARY
 
 # A Hugging Face Hub repository id: `Helsinki-NLP/opus-mt-en-de`.
@@ -71,7 +74,8 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise ConfigError(f"output {output} exists: an import writes a new run directory")
     directory, imported_from = checkpoint_directory(source)
-    checkpoint = MarianCheckpoint(directory)
+    reader = MarianRelease if holds_marian_release(directory) else MarianCheckpoint
+    checkpoint = reader(directory)
     config = checkpoint.transformer_config(options.max_length)
     order = checkpoint.vocabulary_order()
     model = Transformer(config)
@@ -86,10 +90,13 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
         run_directory.write_text_atomically(partial / run_directory.CONFIG_FILE, config.to_json())
         run_directory.write_settings(partial, {k: v for k, v in settings.items() if v})
         run_directory.save_weights_atomically(model, partial / run_directory.FINAL_WEIGHTS)
-        for name in (SOURCE_SPM, TARGET_SPM, VOCAB_FILE):
+        for name in (SOURCE_SPM, TARGET_SPM):
             write_atomically(
                 partial / name, lambda path, name=name: shutil.copyfile(directory / name, path)
             )
+        marian_ids = {piece: i for i, piece in enumerate(checkpoint.vocabulary)}
+        text = json.dumps(marian_ids, ensure_ascii=False)
+        run_directory.write_text_atomically(partial / VOCAB_FILE, text)
         pieces = vocabulary_pieces(checkpoint, order)
         run_directory.write_text_atomically(partial / VOCABULARY, "".join(p + "\n" for p in pieces))
     return output

@@ -87,11 +87,15 @@ class MarianCheckpoint:
 
     Attributes:
         directory: the checkpoint directory.
+        config_path: the file its settings come from (config.json), which errors name.
         settings: config.json.
         vocabulary: vocab.json's pieces in Marian's id order.
         tokenizer_settings: tokenizer_config.json ({} where there is none).
         weights_path: model.safetensors, else pytorch_model.bin.
+        layer_norm_epsilon: ε of the layer norms, transformers' (its Marian has no setting).
     """
+
+    layer_norm_epsilon = TRANSFORMERS_LAYER_NORM_EPSILON
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -101,7 +105,8 @@ class MarianCheckpoint:
                     f"{self.directory / name} not found: {self.directory} is not a Hugging Face "
                     "Marian checkpoint directory"
                 )
-        self.settings = read_json_file(self.directory / CONFIG_FILE)
+        self.config_path = self.directory / CONFIG_FILE
+        self.settings = read_json_file(self.config_path)
         tokenizer_path = self.directory / TOKENIZER_CONFIG_FILE
         self.tokenizer_settings = read_json_file(tokenizer_path) if tokenizer_path.is_file() else {}
         self.vocabulary = _read_vocabulary(self.directory / VOCAB_FILE)
@@ -118,11 +123,11 @@ class MarianCheckpoint:
             return self.settings[name]
         if name in MARIAN_DEFAULTS:
             return MARIAN_DEFAULTS[name]
-        raise CheckpointError(f"{self.directory / CONFIG_FILE} has no {name!r}")
+        raise CheckpointError(f"{self.config_path} has no {name!r}")
 
     def refuse(self, name, value, why):
         raise UnsupportedCheckpointError(
-            f"{self.directory / CONFIG_FILE}: {name}={value!r} {why}; TransformerConfig "
+            f"{self.config_path}: {name}={value!r} {why}; TransformerConfig "
             "cannot represent it exactly"
         )
 
@@ -141,13 +146,13 @@ class MarianCheckpoint:
         unk_piece = self.tokenizer_settings.get("unk_token", "<unk>")
         if unk_piece not in self.vocabulary:
             raise CheckpointError(
-                f"{self.directory / VOCAB_FILE} lacks the unknown token {unk_piece!r}"
+                f"the vocabulary of {self.directory} lacks the unknown token {unk_piece!r}"
             )
         unk = self.vocabulary.index(unk_piece)
         for name, marian_id in (("pad_token_id", pad), ("eos_token_id", eos)):
             if not 0 <= marian_id < len(self.vocabulary):
                 raise CheckpointError(
-                    f"{self.directory / CONFIG_FILE}: {name}={marian_id} is not in vocab.json's "
+                    f"{self.config_path}: {name}={marian_id} is not in the vocabulary's "
                     f"{len(self.vocabulary)} ids"
                 )
         specials = [pad, eos, unk]
@@ -171,7 +176,7 @@ class MarianCheckpoint:
         if max_length is not None and not 0 < max_length <= positions:
             raise UnsupportedCheckpointError(
                 f"max_length={max_length} must be in [1, max_position_embeddings={positions}] "
-                f"of {self.directory / CONFIG_FILE}"
+                f"of {self.config_path}"
             )
         return TransformerConfig(
             vocab_size=len(self.vocabulary) + 1,  # with the new PAD row
@@ -189,7 +194,7 @@ class MarianCheckpoint:
             tie_embeddings=self.setting("tie_word_embeddings"),
             # transformers' Marian adds `final_logits_bias` always, zeros where it is missing.
             output_bias="final_logits_bias" in self.tensors,
-            layer_norm_epsilon=TRANSFORMERS_LAYER_NORM_EPSILON,
+            layer_norm_epsilon=self.layer_norm_epsilon,
         )
 
     def _refuse_what_we_cannot_represent(self):
@@ -234,7 +239,7 @@ class MarianCheckpoint:
             self.refuse("decoder_start_token_id", start, "is not pad_token_id")
         if vocab_size != len(self.vocabulary):
             raise CheckpointError(
-                f"{self.directory / CONFIG_FILE}: vocab_size={vocab_size}, but "
+                f"{self.config_path}: vocab_size={vocab_size}, but "
                 f"{self.directory / VOCAB_FILE} holds {len(self.vocabulary)} pieces"
             )
 
