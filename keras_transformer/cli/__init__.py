@@ -146,8 +146,9 @@ def _import(parser):
 
     parser.add_argument(
         "source",
-        help="a Hugging Face Marian (OPUS-MT) checkpoint: its directory, or its name on the "
-        "Hugging Face Hub (Helsinki-NLP/opus-mt-en-de), downloaded with the pretrained extra",
+        help="an OPUS-MT (Marian) model: a Hugging Face checkpoint's directory or its name on "
+        "the Hugging Face Hub (Helsinki-NLP/opus-mt-en-de, downloaded with the pretrained "
+        "extra), or the directory of Marian's own release (decoder.yml, model .npz)",
     )
     _output_flag(parser, "the new run directory", required=True)
     add_arguments(parser, ImportOptions, "import")
