@@ -57,8 +57,9 @@ class ImportOptions:
         default=None,
         metadata={
             "help": "longest sequence, source or target, the imported model handles (default: "
-            "the checkpoint's max_position_embeddings, which it may only lower): the size of "
-            "the decoding cache, preallocated at it, and of exports"
+            "the checkpoint's max_position_embeddings; a Marian release's decoder.yml "
+            "max-length, else 1000; it may only lower it): the size of the decoding cache, "
+            "preallocated at it, and of exports"
         },
     )
 
