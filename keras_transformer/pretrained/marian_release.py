@@ -25,6 +25,7 @@ and its sinusoids have no length limit: the import's `max_length` defaults to de
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -43,13 +44,19 @@ SETTINGS_KEY = "special:model.yml"
 MARIAN_LAYER_NORM_EPSILON = 1e-6
 MARIAN_MAX_LENGTH = 1000  # `marian-decoder --max-length`'s default
 PAD_PIECE = "<pad>"
+# A layer's parameter: `encoder_l1_self_Wq`, `decoder_l6_ffn_ffn_ln_bias`.
+LAYER_PARAMETER = re.compile(r"(?P<side>encoder|decoder)_l(?P<layer>\d+)_(?P<rest>\w+)")
 # Marian's parameter names in a layer → transformers' (a decoder layer's `context_` ones too).
 ATTENTION = {"self": "self_attn", "context": "encoder_attn"}
 PROJECTIONS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
-FEED_FORWARD = {"ffn_W1": "fc1.weight", "ffn_b1": "fc1.bias", "ffn_W2": "fc2.weight"}
-FEED_FORWARD |= {"ffn_b2": "fc2.bias"}
-FEED_FORWARD |= {"ffn_ffn_ln_scale": "final_layer_norm.weight"}
-FEED_FORWARD |= {"ffn_ffn_ln_bias": "final_layer_norm.bias"}
+FEED_FORWARD = {
+    "ffn_W1": "fc1.weight",
+    "ffn_b1": "fc1.bias",
+    "ffn_W2": "fc2.weight",
+    "ffn_b2": "fc2.bias",
+    "ffn_ffn_ln_scale": "final_layer_norm.weight",
+    "ffn_ffn_ln_bias": "final_layer_norm.bias",
+}
 # Settings of a Marian transformer that transformers' Marian (and ours) requires, and what a
 # different value would mean.
 REQUIRED = {
@@ -67,6 +74,7 @@ REQUIRED = {
 
 
 def holds_marian_release(directory) -> bool:
+    """Whether `directory` is a Marian release (it holds decoder.yml)."""
     return (Path(directory) / DECODER_FILE).is_file()
 
 
@@ -83,6 +91,8 @@ class MarianRelease(MarianCheckpoint):
                     f"{self.directory / name} not found: the release is incomplete"
                 )
         decoder = _read_yaml(self.directory / DECODER_FILE)
+        if not (decoder.get("models") and decoder.get("vocabs")):
+            raise CheckpointError(f"{self.directory / DECODER_FILE} names no models or vocabs")
         model_path = self.directory / decoder["models"][0]
         self.config_path = model_path
         parameters = _read_npz(model_path)
@@ -100,7 +110,8 @@ class MarianRelease(MarianCheckpoint):
         self.tokenizer_settings = {}
         self.settings = self._transformers_settings(decoder)
         self.weights_path = model_path
-        self._tensors = CheckpointTensors(model_path, _transformers_tensors(parameters))
+        tensors = _transformers_tensors(parameters, model_path)
+        self._tensors = CheckpointTensors(model_path, tensors, " (as transformers names it)")
 
     def _refuse_what_transformers_cannot_represent(self):
         settings = self.marian_settings
@@ -137,8 +148,11 @@ class MarianRelease(MarianCheckpoint):
         }
 
 
-def _transformers_tensors(parameters: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _transformers_tensors(parameters: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
     """Marian's parameters under transformers' names and layouts; the `<pad>` row appended."""
+    for name in ("Wemb", "decoder_ff_logit_out_b"):
+        if name not in parameters:
+            raise CheckpointError(f"{path} holds no tensor {name!r}: the checkpoint is broken")
     embedding = parameters.pop("Wemb")
     bias = parameters.pop("decoder_ff_logit_out_b")
     tensors = {
@@ -146,24 +160,29 @@ def _transformers_tensors(parameters: dict[str, np.ndarray]) -> dict[str, np.nda
         "final_logits_bias": np.concatenate([bias, np.zeros_like(bias[:, :1])], axis=1),
     }
     for name, parameter in parameters.items():
-        side, layer, rest = name.split("_", 2)
-        prefix = f"model.{side}.layers.{int(layer[1:]) - 1}."
-        tensors[prefix + _layer_tensor_name(rest, name)] = (
-            parameter.T if parameter.shape[0] != 1 else parameter[0]
-        )
+        # Matrices `[in, out]` become torch's `[out, in]`; vectors `[1, n]` lose their first axis.
+        transformers_layout = parameter.T if parameter.shape[0] != 1 else parameter[0]
+        tensors[_transformers_name(name, path)] = transformers_layout
     return tensors
 
 
-def _layer_tensor_name(rest: str, name: str) -> str:
-    """`self_Wq` → `self_attn.q_proj.weight`, `ffn_W1` → `fc1.weight`, and so on."""
+def _transformers_name(name: str, path: Path) -> str:
+    """`encoder_l1_self_Wq` → `model.encoder.layers.0.self_attn.q_proj.weight`, and so on."""
+    match = LAYER_PARAMETER.fullmatch(name)
+    rest = match and match["rest"]
+    block, _, part = (rest or "").partition("_")
     if rest in FEED_FORWARD:
-        return FEED_FORWARD[rest]
-    block, _, part = rest.partition("_")
-    if block in ATTENTION and part in ("Wo_ln_scale", "Wo_ln_bias"):
-        return f"{ATTENTION[block]}_layer_norm.{'weight' if part.endswith('scale') else 'bias'}"
-    if block in ATTENTION and len(part) == 2 and part[1] in PROJECTIONS and part[0] in "Wb":
-        return f"{ATTENTION[block]}.{PROJECTIONS[part[1]]}.{'weight' if part[0] == 'W' else 'bias'}"
-    raise CheckpointError(f"unknown Marian parameter {name!r}")
+        layer_name = FEED_FORWARD[rest]
+    elif block in ATTENTION and part in ("Wo_ln_scale", "Wo_ln_bias"):
+        layer_name = (
+            f"{ATTENTION[block]}_layer_norm.{'weight' if part.endswith('scale') else 'bias'}"
+        )
+    elif block in ATTENTION and len(part) == 2 and part[0] in "Wb" and part[1] in PROJECTIONS:
+        kind = "weight" if part[0] == "W" else "bias"
+        layer_name = f"{ATTENTION[block]}.{PROJECTIONS[part[1]]}.{kind}"
+    else:
+        raise CheckpointError(f"{path}: parameter {name!r} is none that a Marian transformer has")
+    return f"model.{match['side']}.layers.{int(match['layer']) - 1}.{layer_name}"
 
 
 def _settings(text: np.ndarray, path: Path) -> dict:

@@ -62,15 +62,19 @@ TORCH_STORAGE_DTYPES = {
 
 
 class CheckpointTensors(Mapping):
-    """Tensors by name, read from `path`; a name it lacks is a `CheckpointError` naming both."""
+    """Tensors by name, read from `path`; a name it lacks is a `CheckpointError` naming both.
+    `naming` says in such errors how the names are spelled where not as in the file."""
 
-    def __init__(self, path: Path, tensors: dict[str, np.ndarray]):
+    def __init__(self, path: Path, tensors: dict[str, np.ndarray], naming=""):
         self.path = path
         self._tensors = tensors
+        self.naming = naming
 
     def __getitem__(self, name) -> np.ndarray:
         if name not in self._tensors:
-            raise CheckpointError(f"{self.path} holds no tensor {name!r}: the checkpoint is broken")
+            raise CheckpointError(
+                f"{self.path} holds no tensor {name!r}{self.naming}: the checkpoint is broken"
+            )
         return self._tensors[name]
 
     def __contains__(self, name):

@@ -13,7 +13,7 @@ from imported_runs import FIXTURES, reference_tensors, to_our_ids
 from keras_transformer import Transformer
 from keras_transformer.pretrained.importer import import_checkpoint
 from keras_transformer.pretrained.marian import UnsupportedCheckpointError
-from keras_transformer.run_directory import FINAL_WEIGHTS, read_config
+from keras_transformer.run_directory import FINAL_WEIGHTS, CheckpointError, read_config
 from pipelines.tokenizer import PAD_ID
 from repo_paths import REPO_ROOT
 
@@ -74,5 +74,17 @@ def test_what_transformers_marian_cannot_represent_is_refused_by_marians_name(
     parameters["special:model.yml"] = np.frombuffer(changed.encode() + b"\0", np.int8)
     np.savez(release / "model.npz", **parameters)
     with pytest.raises(UnsupportedCheckpointError, match=re.escape(named)):
+        import_checkpoint(release, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_parameter_names_the_file_and_the_tensor(tmp_path):
+    release = tmp_path / "release"
+    shutil.copytree(RELEASE, release)
+    with np.load(release / "model.npz") as archive:
+        parameters = {name: archive[name] for name in archive.files if name != "decoder_l2_ffn_b2"}
+    np.savez(release / "model.npz", **parameters)
+    missing = r"model\.npz holds no tensor 'model\.decoder\.layers\.1\.fc2\.bias' \(as transformers"
+    with pytest.raises(CheckpointError, match=missing):
         import_checkpoint(release, tmp_path / "run")
     assert not (tmp_path / "run").exists()
