@@ -94,3 +94,15 @@ def test_pieces_words_and_fingerprint(marian):
     assert tokenizer.pieces(ids) == [vocabulary[i] for i in ids]
     assert tokenizer.word_indices(ids)[-1] == 2  # "Two", "dogs", "play." (with its period)
     assert tokenizer.fingerprint() == MarianTokenizer(tokenizer.path.parent).fingerprint()
+
+
+def test_a_vocabulary_without_language_tokens_reads_a_leading_one_as_unk(marian, tmp_path):
+    """A bilingual model's vocabulary holds no `>>lang<<` token: a source still tokenizes."""
+    tokenizer, source, _, vocabulary = marian
+    bilingual = [piece for piece in vocabulary if piece not in (">>deu<<", ">>fra<<")]
+    for name in ("source.spm", "target.spm"):
+        (tmp_path / name).write_bytes((tokenizer.path.parent / name).read_bytes())
+    (tmp_path / "vocabulary.txt").write_text("\n".join(bilingual) + "\n", encoding="utf-8")
+    ids = MarianTokenizer(tmp_path).tokenize(tf.constant(["A dog.", ">>fra<< A dog."]))
+    dog = expected_ids(source, bilingual, "A dog.")
+    assert ids.to_list() == [dog, [UNK_ID, *dog]]
