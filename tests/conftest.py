@@ -12,6 +12,7 @@ runtime.configure()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+import sentencepiece  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
@@ -63,6 +64,60 @@ def run_dir(tmp_path_factory, multi30k_dir):
         json.dumps({"source_language": "en", "target_language": "de"})
     )
     tf.keras.utils.set_random_seed(5)
+    Transformer(config).save_weights(directory / "model.weights.h5")
+    return directory
+
+
+def _sentencepiece(directory, name, language, multi30k_dir):
+    """A small SentencePiece model of Multi30k's `language`, as `directory / f"{name}.spm"`."""
+    with gzip.open(multi30k_dir / f"train.{language}.gz", "rt", encoding="utf-8") as lines:
+        text = [next(lines).strip() for _ in range(3000)]
+    (directory / f"{name}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(directory / f"{name}.txt"),
+        model_prefix=str(directory / name),
+        vocab_size=400,
+        model_type="unigram",
+        minloglevel=2,
+    )
+    for scratch in (f"{name}.txt", f"{name}.vocab"):
+        (directory / scratch).unlink()
+    (directory / f"{name}.model").rename(directory / f"{name}.spm")
+    return sentencepiece.SentencePieceProcessor(model_file=str(directory / f"{name}.spm"))
+
+
+@pytest.fixture(scope="session")
+def imported_run(tmp_path_factory, multi30k_dir):
+    """A run directory laid out as the importer writes one (EN->DE): a Marian model's two
+    SentencePiece models over one vocabulary in our id order, Marian's vocab.json, and a tiny
+    random model of Marian's settings (swish, output bias, [sin | cos] sinusoids)."""
+    directory = tmp_path_factory.mktemp("imported")
+    models = [
+        _sentencepiece(directory, name, language, multi30k_dir)
+        for name, language in (("source", "en"), ("target", "de"))
+    ]
+    pieces = {
+        model.id_to_piece(i): None
+        for model in models
+        for i in range(model.get_piece_size())
+        if not model.is_control(i) and not model.is_unknown(i)
+    }
+    vocabulary = ["<new-pad>", "<pad>", "</s>", "<unk>", *pieces]
+    (directory / "vocabulary.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    marian_order = [vocabulary[2], vocabulary[3], *vocabulary[4:], vocabulary[1]]
+    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(marian_order)}))
+    config = TransformerConfig.preset(
+        "tiny",
+        vocab_size=len(vocabulary),
+        ffn_activation="swish",
+        output_bias=True,
+        sinusoid_layout="halves",
+        layer_norm_epsilon=1e-5,
+    )
+    (directory / "config.json").write_text(config.to_json())
+    settings = {"source_language": "en", "target_language": "de", "imported_from": "synthetic"}
+    (directory / "run.json").write_text(json.dumps(settings))
+    tf.keras.utils.set_random_seed(3)
     Transformer(config).save_weights(directory / "model.weights.h5")
     return directory
 

@@ -1,7 +1,10 @@
 """The examples run as a user would run them: examples/train_with_fit.py trains with `model.fit`
-on Multi30k and exports a SavedModel that TensorFlow Serving can load."""
+on Multi30k and exports a SavedModel that TensorFlow Serving can load;
+examples/finetune_opus_mt.py fine-tunes an imported model with `model.fit` into a run directory
+that translates."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -37,3 +40,34 @@ def test_train_with_fit_trains_exports_and_translates(tmp_path):
     translations = outputs["translations"]
     assert translations.dtype == tf.string and translations.shape == (1,)
     assert isinstance(translations.numpy()[0].decode("utf-8"), str)
+
+
+@pytest.mark.slow
+def test_finetune_opus_mt_fine_tunes_an_imported_run_into_one_that_translates(
+    tmp_path, imported_run, multi30k_slice
+):
+    from keras_transformer.decoding.translator import load_run
+
+    output = tmp_path / "fine-tuned"
+    command = [
+        sys.executable,
+        "examples/finetune_opus_mt.py",
+        *("--model", str(imported_run), "--output", str(output)),
+        *("--data-dir", str(multi30k_slice), "--steps", "20", "--epochs", "1"),
+        *("--learning-rate", "1e-3", "--warmup", "5", "--batch-tokens", "1024"),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = re.search(r"validation loss: (\S+) before, (\S+) after", done.stdout)
+    assert float(losses[2]) < float(losses[1]), done.stdout
+    for name in ("config.json", "run.json", "source.spm", "target.spm", "vocabulary.txt"):
+        assert (output / name).read_bytes() == (imported_run / name).read_bytes()
+
+    translator = load_run(output)
+    assert translator.tokenizer.kind == "marian"
+    sentence = "A man in a blue shirt is riding a bicycle down the street."
+    translation = translator.translate([sentence])[0]  # as the script translates it
+    assert f"{sentence} -> {translation}" in done.stdout

@@ -2,18 +2,15 @@
 model settings and tokenizer files, a fresh optimizer at step 0 and the constant learning rate of
 fine-tuning; `prepare --tokenizer-from RUN` tokenizes a corpus for it."""
 
-import gzip
 import json
 import re
 import shutil
 
-import keras
 import numpy as np
 import pytest
-import sentencepiece
 import tensorflow as tf
 
-from keras_transformer import Transformer, TransformerConfig, cli
+from keras_transformer import Transformer, cli
 from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
 from keras_transformer.run_directory import read_config, read_settings, save_weights_atomically
 from keras_transformer.training.trainer import compile_model, with_known_length
@@ -24,58 +21,6 @@ from pipelines.prepared import read_manifest
 from pipelines.tokenizer import EOS_ID
 
 FINE_TUNING = ["--learning-rate-schedule", "constant", "--bleu-every", "0"]
-
-
-def _sentencepiece(directory, name, language, multi30k_dir):
-    with gzip.open(multi30k_dir / f"train.{language}.gz", "rt", encoding="utf-8") as lines:
-        text = [next(lines).strip() for _ in range(3000)]
-    (directory / f"{name}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
-    sentencepiece.SentencePieceTrainer.train(
-        input=str(directory / f"{name}.txt"),
-        model_prefix=str(directory / name),
-        vocab_size=400,
-        model_type="unigram",
-        minloglevel=2,
-    )
-    (directory / f"{name}.txt").unlink()
-    (directory / f"{name}.vocab").unlink()
-    (directory / f"{name}.model").rename(directory / f"{name}.spm")
-    return sentencepiece.SentencePieceProcessor(model_file=str(directory / f"{name}.spm"))
-
-
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory, multi30k_dir):
-    """A run directory laid out as `import` writes one: a Marian model's two SentencePiece
-    models over one vocabulary in our id order, and a swish, output-bias, [sin | cos] model."""
-    directory = tmp_path_factory.mktemp("imported")
-    models = [
-        _sentencepiece(directory, name, language, multi30k_dir)
-        for name, language in (("source", "en"), ("target", "de"))
-    ]
-    pieces = {
-        model.id_to_piece(i): None
-        for model in models
-        for i in range(model.get_piece_size())
-        if not model.is_control(i) and not model.is_unknown(i)
-    }
-    vocabulary = ["<new-pad>", "<pad>", "</s>", "<unk>", *pieces]
-    (directory / "vocabulary.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    marian_order = [vocabulary[2], vocabulary[3], *vocabulary[4:], vocabulary[1]]
-    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(marian_order)}))
-    config = TransformerConfig.preset(
-        "tiny",
-        vocab_size=len(vocabulary),
-        ffn_activation="swish",
-        output_bias=True,
-        sinusoid_layout="halves",
-        layer_norm_epsilon=1e-5,
-    )
-    (directory / "config.json").write_text(config.to_json())
-    settings = {"source_language": "en", "target_language": "de", "imported_from": "synthetic"}
-    (directory / "run.json").write_text(json.dumps(settings))
-    keras.utils.set_random_seed(3)
-    save_weights_atomically(Transformer(config), directory / "model.weights.h5")
-    return directory
 
 
 def held_out_loss(run, weights, data_dir) -> float:
@@ -92,23 +37,23 @@ def held_out_loss(run, weights, data_dir) -> float:
 
 @pytest.mark.slow  # trains through the CLI
 def test_fine_tuning_lowers_the_in_domain_loss_of_held_out_pairs(
-    tmp_path, imported, multi30k_slice
+    tmp_path, imported_run, multi30k_slice
 ):
     run = tmp_path / "fine-tuned"
-    command = ["train", "--init-from", str(imported), "--data-dir", str(multi30k_slice)]
+    command = ["train", "--init-from", str(imported_run), "--data-dir", str(multi30k_slice)]
     steps = ["--max-steps", "40", "--learning-rate", "1e-3", "--learning-rate-warmup", "5"]
     assert cli.main([*command, "--output", str(run), *FINE_TUNING, *steps]) == 0
 
     assert read_config(run).to_dict() == {
-        **read_config(imported).to_dict(),
+        **read_config(imported_run).to_dict(),
         "batch_tokens": read_config(run).batch_tokens,
     }
     for name in ("source.spm", "target.spm", "vocabulary.txt", "vocab.json"):
-        assert (run / name).read_bytes() == (imported / name).read_bytes()
+        assert (run / name).read_bytes() == (imported_run / name).read_bytes()
     settings = read_settings(run)
-    assert settings["init_from"] == str(imported)
+    assert settings["init_from"] == str(imported_run)
     assert (settings["learning_rate_schedule"], settings["learning_rate"]) == ("constant", 1e-3)
-    before = held_out_loss(imported, imported / "model.weights.h5", multi30k_slice)
+    before = held_out_loss(imported_run, imported_run / "model.weights.h5", multi30k_slice)
     after = held_out_loss(run, run / "model.weights.h5", multi30k_slice)
     assert after < before - 0.5, (before, after)
 
@@ -125,11 +70,11 @@ def metrics(run) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_fine_tuned_run_starts_at_step_0_and_resumes_from_its_own_backup(
-    tmp_path, imported, first_lines_data
+    tmp_path, imported_run, first_lines_data
 ):
     # A trained run, whose optimizer counted 7 updates: the new run counts its own from 0.
     first, second = tmp_path / "first", tmp_path / "second"
-    shutil.copytree(imported, first)
+    shutil.copytree(imported_run, first)
     model = compile_model(read_config(first))
     model.optimizer.iterations.assign(7)
     save_weights_atomically(model, first / "model.weights.h5")
@@ -155,30 +100,28 @@ def test_a_fine_tuned_run_starts_at_step_0_and_resumes_from_its_own_backup(
         (["--set", "ffn_activation=relu"], "'ffn_activation': ('swish', 'relu')"),
     ],
 )
-def test_a_conflicting_architecture_is_refused_by_name(tmp_path, imported, change, named):
+def test_a_conflicting_architecture_is_refused_by_name(tmp_path, imported_run, change, named):
     run = tmp_path / "run"
     with pytest.raises(SystemExit, match=f"holds a model of other settings .*{re.escape(named)}"):
-        cli.main(["train", "--init-from", str(imported), "--output", str(run), *change])
+        cli.main(["train", "--init-from", str(imported_run), "--output", str(run), *change])
     assert not run.exists()
 
 
 @pytest.mark.slow
 def test_a_prepared_corpus_of_the_imported_tokenizers_fine_tunes_it(
-    tmp_path, imported, first_lines_data
+    tmp_path, imported_run, first_lines_data
 ):
     prepared, run = tmp_path / "prepared", tmp_path / "run"
     corpus = ["--dataset", "multi30k", "--data-dir", str(first_lines_data)]
-    assert (
-        cli.main(["prepare", *corpus, "--tokenizer-from", str(imported), "--output", str(prepared)])
-        == 0
-    )
+    tokenizer_from = ["--tokenizer-from", str(imported_run)]
+    assert cli.main(["prepare", *corpus, *tokenizer_from, "--output", str(prepared)]) == 0
     vocabulary = read_manifest(prepared)["vocabulary"]
     assert (vocabulary["kind"], vocabulary["file"]) == ("marian", "vocabulary.txt")
     assert sorted(entry["file"] for entry in vocabulary["models"].values()) == [
         "source.spm",
         "target.spm",
     ]
-    tokenizer = MarianTokenizer(imported)
+    tokenizer = MarianTokenizer(imported_run)
     record = next(
         iter(tf.data.TFRecordDataset(str(prepared / "validation-00000-of-00001.tfrecord")))
     )
@@ -195,12 +138,12 @@ def test_a_prepared_corpus_of_the_imported_tokenizers_fine_tunes_it(
     ]
 
     train = ["train", "--data", str(prepared), *FINE_TUNING, "--max-steps", "2"]
-    assert cli.main([*train, "--init-from", str(imported), "--output", str(run)]) == 0
-    assert (run / "vocabulary.txt").read_bytes() == (imported / "vocabulary.txt").read_bytes()
+    assert cli.main([*train, "--init-from", str(imported_run), "--output", str(run)]) == 0
+    assert (run / "vocabulary.txt").read_bytes() == (imported_run / "vocabulary.txt").read_bytes()
 
     # A run whose vocabulary differs from the prepared one is refused, naming the file.
     other = tmp_path / "other-import"
-    shutil.copytree(imported, other)
+    shutil.copytree(imported_run, other)
     pieces = (other / "vocabulary.txt").read_text(encoding="utf-8").splitlines()
     pieces[4], pieces[5] = pieces[5], pieces[4]
     (other / "vocabulary.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
