@@ -1,7 +1,7 @@
 """Fine-tune an imported OPUS-MT (Marian) model with your own `model.fit` on in-domain pairs.
 
-A plain Keras script on keras-transformer's public API (`keras-transformer train --init-from`
-does the same with run directories, resumption and BLEU): the `Transformer` of a run directory
+A plain Keras script on keras-transformer's public API (the command's `train --init-from` does
+the same with run directories, resumption and BLEU): the `Transformer` of a run directory
 that the importer wrote from a pretrained Marian checkpoint (its config.json and
 model.weights.h5) and its two tokenizers over one vocabulary (`MarianTokenizer`: source.spm,
 target.spm, vocabulary.txt); the token-budget `tf.data` batches of `pipelines` on Multi30k,
