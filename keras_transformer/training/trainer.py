@@ -210,7 +210,8 @@ def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
 
 def restore_run(run: TrainingRun, config, strategy, model) -> run_callbacks.StopOnPlateau | None:
     """Restores the run's backup into `model` (built in `strategy`'s scope, which this is called
-    outside of); returns `--patience`'s callback, primed.
+    outside of), over the weights of `init_from` where the run has one; returns `--patience`'s
+    callback, primed.
 
     In a cluster the chief alone holds the backup, and loading weights into a model of
     `MultiWorkerMirroredStrategy` is a collective that every worker would have to join. So each
