@@ -110,8 +110,7 @@ class MarianTokenizer(tf.Module):
         pieces = self._vocabulary_ids(self._source, text)
         matches = tf.equal(code[:, None], self._language_tokens[None, :])
         known = tf.reduce_any(matches, axis=1)
-        # The matching token's id (the tokens are distinct); no argmax, which a vocabulary
-        # without language tokens (a bilingual model's) would give an empty axis.
+        # At most one token matches; a sum, unlike an argmax, also holds without any.
         matched_id = tf.reduce_sum(tf.cast(matches, tf.int32) * self._language_ids[None, :], axis=1)
         code_id = tf.where(known, matched_id, UNK_ID)
         # A `>>lang<<` the vocabulary lacks reads as UNK, as `MarianTokenizer` reads it.
