@@ -12,7 +12,6 @@ runtime.configure()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-import sentencepiece  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
@@ -68,60 +67,6 @@ def run_dir(tmp_path_factory, multi30k_dir):
     return directory
 
 
-def _sentencepiece(directory, name, language, multi30k_dir):
-    """A small SentencePiece model of Multi30k's `language`, as `directory / f"{name}.spm"`."""
-    with gzip.open(multi30k_dir / f"train.{language}.gz", "rt", encoding="utf-8") as lines:
-        text = [next(lines).strip() for _ in range(3000)]
-    (directory / f"{name}.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
-    sentencepiece.SentencePieceTrainer.train(
-        input=str(directory / f"{name}.txt"),
-        model_prefix=str(directory / name),
-        vocab_size=400,
-        model_type="unigram",
-        minloglevel=2,
-    )
-    for scratch in (f"{name}.txt", f"{name}.vocab"):
-        (directory / scratch).unlink()
-    (directory / f"{name}.model").rename(directory / f"{name}.spm")
-    return sentencepiece.SentencePieceProcessor(model_file=str(directory / f"{name}.spm"))
-
-
-@pytest.fixture(scope="session")
-def imported_run(tmp_path_factory, multi30k_dir):
-    """A run directory laid out as the importer writes one (EN->DE): a Marian model's two
-    SentencePiece models over one vocabulary in our id order, Marian's vocab.json, and a tiny
-    random model of Marian's settings (swish, output bias, [sin | cos] sinusoids)."""
-    directory = tmp_path_factory.mktemp("imported")
-    models = [
-        _sentencepiece(directory, name, language, multi30k_dir)
-        for name, language in (("source", "en"), ("target", "de"))
-    ]
-    pieces = {
-        model.id_to_piece(i): None
-        for model in models
-        for i in range(model.get_piece_size())
-        if not model.is_control(i) and not model.is_unknown(i)
-    }
-    vocabulary = ["<new-pad>", "<pad>", "</s>", "<unk>", *pieces]
-    (directory / "vocabulary.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    marian_order = [vocabulary[2], vocabulary[3], *vocabulary[4:], vocabulary[1]]
-    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(marian_order)}))
-    config = TransformerConfig.preset(
-        "tiny",
-        vocab_size=len(vocabulary),
-        ffn_activation="swish",
-        output_bias=True,
-        sinusoid_layout="halves",
-        layer_norm_epsilon=1e-5,
-    )
-    (directory / "config.json").write_text(config.to_json())
-    settings = {"source_language": "en", "target_language": "de", "imported_from": "synthetic"}
-    (directory / "run.json").write_text(json.dumps(settings))
-    tf.keras.utils.set_random_seed(3)
-    Transformer(config).save_weights(directory / "model.weights.h5")
-    return directory
-
-
 @pytest.fixture(scope="session")
 def multi30k_slice(tmp_path_factory, multi30k_dir):
     """The first lines of each Multi30k split, written as a data directory of its own."""
@@ -132,6 +77,20 @@ def multi30k_slice(tmp_path_factory, multi30k_dir):
                 head = [next(f) for _ in range(lines)]
             with gzip.open(directory / f"{split}.{language}.gz", "wt", encoding="utf-8") as f:
                 f.writelines(head)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def dog_captions(tmp_path_factory, multi30k_dir):
+    """An in-domain corpus for fine-tuning: the Multi30k pairs whose English caption has the
+    word "dog" (about 1,400 of train, 50 of val and of test_2016_flickr), as a data directory."""
+    directory = tmp_path_factory.mktemp("dog_captions")
+    for split in ("train", "val", "test_2016_flickr"):
+        english, german = (read_lines(multi30k_dir / f"{split}.{side}.gz") for side in ("en", "de"))
+        about_dogs = [i for i, caption in enumerate(english) if "dog" in caption.lower().split()]
+        for language, lines in (("en", english), ("de", german)):
+            with gzip.open(directory / f"{split}.{language}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(f"{lines[i]}\n" for i in about_dogs)
     return directory
 
 

@@ -44,17 +44,17 @@ def test_train_with_fit_trains_exports_and_translates(tmp_path):
 
 @pytest.mark.slow
 def test_finetune_opus_mt_fine_tunes_an_imported_run_into_one_that_translates(
-    tmp_path, imported_run, multi30k_slice
+    tmp_path, imported_run, dog_captions
 ):
     from keras_transformer.decoding.translator import load_run
 
-    output = tmp_path / "fine-tuned"
+    imported, output = imported_run("classic"), tmp_path / "fine-tuned"
     command = [
         sys.executable,
         "examples/finetune_opus_mt.py",
-        *("--model", str(imported_run), "--output", str(output)),
-        *("--data-dir", str(multi30k_slice), "--steps", "20", "--epochs", "1"),
-        *("--learning-rate", "1e-3", "--warmup", "5", "--batch-tokens", "1024"),
+        *("--model", str(imported), "--output", str(output)),
+        *("--data-dir", str(dog_captions), "--steps", "20", "--epochs", "1"),
+        *("--learning-rate", "1e-3", "--warmup", "5", "--batch-tokens", "2048"),
     ]
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     done = subprocess.run(
@@ -64,7 +64,7 @@ def test_finetune_opus_mt_fine_tunes_an_imported_run_into_one_that_translates(
     losses = re.search(r"validation loss: (\S+) before, (\S+) after", done.stdout)
     assert float(losses[2]) < float(losses[1]), done.stdout
     for name in ("config.json", "run.json", "source.spm", "target.spm", "vocabulary.txt"):
-        assert (output / name).read_bytes() == (imported_run / name).read_bytes()
+        assert (output / name).read_bytes() == (imported / name).read_bytes()
 
     translator = load_run(output)
     assert translator.tokenizer.kind == "marian"
