@@ -198,6 +198,12 @@ def _average(parser):
 def _translate(parser):
     parser.add_argument("--input", type=Path, help="text file (plain or .gz); default stdin")
     _output_flag(parser, "default stdout")
+    parser.add_argument(
+        "--target-language",
+        metavar="CODE",
+        help="a multilingual imported model's target language (its >>CODE<< token, e.g. fra), "
+        "put before each sentence",
+    )
     n_best = add_arguments(
         parser,
         SearchSettings,

@@ -137,11 +137,13 @@ def load_translator(args, jit_compile=False):
 
 def translate(args):
     """translate lines of a file or stdin"""
-    from keras_transformer.decoding.translator import n_best_text
+    from keras_transformer.decoding.translator import n_best_text, with_target_language
 
     task, search = task_and_search(args)
     translator = load_translator(args, args.jit_compile)
     lines = read_input(args.input)
+    if args.target_language:
+        lines = with_target_language(lines, translator.tokenizer, args.target_language)
     if args.n_best or args.scores or args.alignments:
         n_best = translator.translate_n_best(lines, search, alignments=args.alignments)
         write_output(args.output, n_best_text(lines, n_best, task.present))
