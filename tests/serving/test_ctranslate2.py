@@ -287,8 +287,10 @@ def test_ensembles_constraints_quantizations_and_existing_outputs_are_refused(
     assert not list(tmp_path.iterdir())
 
 
-def test_quantization_with_another_format_is_refused(trained_run, tmp_path):
+def test_quantizations_of_another_format_are_refused(trained_run, tmp_path):
     arguments = ["export", "--model", str(trained_run), "--output", str(tmp_path / "saved")]
     with pytest.raises(SystemExit, match="quantization applies to format ctranslate2"):
         cli.main([*arguments, "--quantization", "int8"])
+    with pytest.raises(SystemExit, match="quantize applies to format tflite"):
+        cli.main([*arguments, "--quantize", "float16"])
     assert not (tmp_path / "saved").exists()

@@ -330,6 +330,26 @@ def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator
         export_tflite(translator, tmp_path / "x.tflite", source_length=40)
 
 
+def test_tflite_float16_translates_as_float32(tflite_float, run_dir, translator, tmp_path, capsys):
+    """float16 weights, float32 arithmetic: half the size, and on this model the same ids as
+    float32, with scores within float16's rounding."""
+    half = tmp_path / "float16.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(half)]
+    cli.main(
+        ["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"]
+        + ["--quantize", "float16"]
+    )
+    size = half.stat().st_size
+    assert f"exported {half} ({size / 2**20:.1f} MiB)" in capsys.readouterr().out
+    assert size < 0.6 * tflite_float.stat().st_size
+    full, lite = tflite_runner(tflite_float), tflite_runner(half)
+    sentences = ["A dog runs on the beach.", "Two men are talking.", "A girl in a red coat."]
+    for source in padded_sources(translator, sentences):
+        expected, served = full(source_ids=source), lite(source_ids=source)
+        np.testing.assert_array_equal(served["target_ids"], expected["target_ids"])
+        np.testing.assert_allclose(served["scores"], expected["scores"], atol=1e-2)
+
+
 @pytest.mark.slow
 def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
