@@ -13,12 +13,19 @@ Variables are frozen into constants first: LiteRT cannot read resource variables
 - `"float16"`: float16 (TFLite's `target_spec.supported_types`), turned back into float32 when
   the model loads: about half the size, the arithmetic float32's, the weights rounded to float16.
 
+Beside the model, `<name>.tokenizer/` holds what a caller tokenizes with (`TOKENIZER_NOTE`):
+the subword model, or an imported Marian model's `source.spm`, `target.spm` and the piece ↔ id
+table `vocabulary.txt`, and `tokenizer.json` saying how to use them.
+
 Example (needs a trained run, so not run as a doctest)::
 
     export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende.tflite")
+    # saved_models/m30k-ende.tflite, saved_models/m30k-ende.tokenizer/
 """
 
+import json
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,8 +36,32 @@ from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.export import TFLITE_QUANTIZATIONS
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
+
+# How a caller tokenizes for a TFLite model and reads its output, written beside it.
+TOKENIZER_NOTE = "tokenizer.json"
+MARIAN_RECIPE = {
+    "encode": (
+        "segment the text with source_model (as pieces); look each piece up in vocabulary "
+        "(line n is id n; a missing piece is unk_id); a multilingual model's target-language "
+        "token (>>fra<<), first in the text, is looked up whole; append eos_id; pad with "
+        "pad_id to source_length"
+    ),
+    "decode": (
+        "drop the ids from the first eos_id on, and pad_id and bos_id; map each id to its "
+        "piece in vocabulary, each piece to its id in target_model (its unk id where it lacks "
+        "the piece) and decode those ids with target_model"
+    ),
+}
+SUBWORD_RECIPE = {
+    "encode": (
+        "the subword model's own ids of the text; append eos_id; pad with pad_id to source_length"
+    ),
+    "decode": "drop the ids from the first eos_id on, and pad_id and bos_id; decode the rest "
+    "with the subword model",
+}
 
 # The longest source a TFLite model takes, in subwords with EOS: room for Multi30k's sentences.
 TFLITE_SOURCE_LENGTH = 64
@@ -84,7 +115,14 @@ def export_tflite(
         input_signature=search.structured_input_signature[0],
     )
     with tempfile.TemporaryDirectory() as scratch:
-        tf.saved_model.save(module, scratch, signatures={"translate": module.translate})
+        # Without gradients: swish's custom gradient captures a constant of the frozen graph,
+        # which a SavedModel cannot hold, and a TFLite model never differentiates.
+        tf.saved_model.save(
+            module,
+            scratch,
+            signatures={"translate": module.translate},
+            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+        )
         converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantize:
@@ -94,6 +132,49 @@ def export_tflite(
         flatbuffer = converter.convert()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
     write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
     logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
     return path
+
+
+def tokenizer_directory(path) -> Path:
+    """Where the tokenizer of the TFLite model `path` lies: `<name>.tokenizer/` beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.tokenizer")
+
+
+def write_tokenizer_files(tokenizer, directory, source_length):
+    """Copies `tokenizer`'s files into `directory` with a `TOKENIZER_NOTE` naming them, the
+    special ids, the fixed source length and how to encode and decode."""
+    if tokenizer.kind == "marian":
+        files = {
+            "source_model": tokenizer.source_asset,
+            "target_model": tokenizer.target_asset,
+            "vocabulary": tokenizer.vocabulary_asset,
+        }
+        note = {"target_languages": tokenizer.target_languages, **MARIAN_RECIPE}
+    else:
+        files = {"subword_model": tokenizer.asset}
+        note = dict(SUBWORD_RECIPE)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {role: _copy_asset(asset, directory) for role, asset in files.items()}
+    note = {
+        **names,
+        "pad_id": PAD_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "unk_id": UNK_ID,
+        "source_length": source_length,
+        **note,
+    }
+    text = json.dumps(note, indent=1, ensure_ascii=False) + "\n"
+    write_atomically(directory / TOKENIZER_NOTE, lambda partial: partial.write_text(text, "utf-8"))
+
+
+def _copy_asset(asset, directory) -> str:
+    """Copies a tokenizer's `tf.saved_model.Asset` into `directory`; returns its file name."""
+    source = Path(asset.asset_path.numpy().decode())
+    write_atomically(directory / source.name, lambda partial: shutil.copyfile(source, partial))
+    return source.name

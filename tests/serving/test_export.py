@@ -26,7 +26,7 @@ from keras_transformer.serving.saved_model import (
     warmup_requests,
 )
 from keras_transformer.serving.server import ServedModel
-from keras_transformer.serving.tflite import export_tflite
+from keras_transformer.serving.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 
@@ -313,6 +313,14 @@ def test_tflite_translates_real_sentences_as_the_saved_model(
         )
         np.testing.assert_array_equal(lite["target_ids"], served["target_ids"].numpy())
         np.testing.assert_allclose(lite["scores"], served["scores"].numpy(), atol=1e-4)
+
+
+def test_tflite_ships_its_subword_model_and_how_to_tokenize(tflite_float, run_dir):
+    directory = tokenizer_directory(tflite_float)
+    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    model = directory / note["subword_model"]
+    assert model.read_bytes() == (run_dir / "subwords.model").read_bytes()
+    assert (note["eos_id"], note["source_length"]) == (EOS_ID, TFLITE_SOURCE)
 
 
 def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator, tmp_path):
