@@ -20,6 +20,7 @@ from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.ctranslate2_export import export_ctranslate2
 from keras_transformer.serving.tflite import TOKENIZER_NOTE, tokenizer_directory
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -190,6 +191,8 @@ def test_tflite_ships_its_tokenizer_and_translates_as_keras(tflite_model, transl
     from ai_edge_litert.interpreter import Interpreter
 
     directory = tokenizer_directory(tflite_model)
+    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    assert note["target_languages"] == ["deu", "fra"]
     assert sorted(p.name for p in directory.iterdir()) == [
         "source.spm",
         "target.spm",
@@ -229,7 +232,7 @@ def test_ctranslate2_export_is_marians_vocabulary_and_files(ctranslate2_model, m
         assert (ctranslate2_model / name).read_bytes() == (marian_run / name).read_bytes()
 
 
-def test_ctranslate2_greedy_ids_equal_keras(ctranslate2_model, translator):
+def assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator):
     """One sentence a call, for our limit of its length (</s> included) + extra."""
     engine = ctranslate2.Translator(str(ctranslate2_model), device="cpu", intra_threads=1)
     tokenizer = translator.tokenizer
@@ -251,4 +254,31 @@ def test_ctranslate2_greedy_ids_equal_keras(ctranslate2_model, translator):
         ours = ours[: ours.index(EOS_ID) + 1] if EOS_ID in ours else ours
         ended += ours[-1] == EOS_ID
         assert [ids[piece] for piece in result.hypotheses[0]] == ours
-    assert 0 < ended < len(SENTENCES)
+    return ended
+
+
+def test_ctranslate2_greedy_ids_equal_keras(ctranslate2_model, translator):
+    ended = assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator)
+    assert 0 < ended < len(SENTENCES), "some translations end, some run to their limit"
+
+
+def test_a_start_row_no_longer_zero_is_kept_as_the_decoders_start(marian_run, tmp_path):
+    """Fine-tuning trains the BOS row (Marian's <pad>), which then no longer starts from zero:
+    the export keeps it, as CTranslate2's start token, never generated."""
+    tuned = tmp_path / "tuned"
+    shutil.copytree(marian_run, tuned)
+    translator = load_run(tuned)
+    embeddings = translator.model.target_embedding.embeddings
+    start = np.random.default_rng(1).normal(size=[1, translator.model.config.d_model])
+    embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[BOS_ID]], start))
+    bias = translator.model.target_embedding.logits_bias
+    bias.assign(tf.tensor_scatter_nd_add(bias, [[EOS_ID]], [-2.0]))  # not all end at once
+    translator.model.save_weights(tuned / "model.weights.h5")
+    translator = load_run(tuned)
+    output = export_ctranslate2(translator, tmp_path / "ct2")
+    marian = json.loads((marian_run / "vocab.json").read_text())
+    vocabulary = json.loads((output / "shared_vocabulary.json").read_text())
+    assert vocabulary == sorted(marian, key=marian.get)
+    config = json.loads((output / "config.json").read_text())
+    assert config["decoder_start_token"] == "<pad>"
+    assert assert_ctranslate2_greedy_equals_keras(output, translator) < len(SENTENCES)
