@@ -50,6 +50,7 @@ def train_sentencepiece(directory, name, language, multi30k_dir):
         model_prefix=str(directory / name),
         vocab_size=300,
         model_type="unigram",
+        num_threads=1,  # the same model each time
         minloglevel=2,
     )
     (directory / f"{name}.txt").unlink()
@@ -94,9 +95,7 @@ def marian_run(tmp_path_factory, multi30k_dir):
     embeddings.assign(
         tf.tensor_scatter_nd_update(embeddings, [[BOS_ID]], tf.zeros([1, config.d_model]))
     )
-    bias = np.random.default_rng(0).normal(size=len(ours))
-    bias[EOS_ID] += 5.0  # some translations end before their length limit
-    model.target_embedding.logits_bias.assign(bias)
+    model.target_embedding.logits_bias.assign(np.random.default_rng(0).normal(size=len(ours)))
     model.save_weights(directory / "model.weights.h5")
     return directory
 
@@ -241,7 +240,7 @@ def assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator):
     expected = greedy_decode(
         translator.model, pad_to_bucket(source_ids), extra_length=EXTRA_LENGTH
     ).ids.numpy()
-    ended = 0
+    translations = []
     for source, row in zip(source_ids, expected, strict=True):
         (result,) = engine.translate_batch(
             [tokenizer.pieces(source)],  # </s> included, as Marian's tokenizer gives it
@@ -252,14 +251,19 @@ def assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator):
         )
         ours = [i for i in row.tolist() if i != PAD_ID]
         ours = ours[: ours.index(EOS_ID) + 1] if EOS_ID in ours else ours
-        ended += ours[-1] == EOS_ID
         assert [ids[piece] for piece in result.hypotheses[0]] == ours
-    return ended
+        translations.append(ours)
+    return translations
 
 
 def test_ctranslate2_greedy_ids_equal_keras(ctranslate2_model, translator):
-    ended = assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator)
-    assert 0 < ended < len(SENTENCES), "some translations end, some run to their limit"
+    translations = assert_ctranslate2_greedy_equals_keras(ctranslate2_model, translator)
+    assert_not_trivial(translations)
+
+
+def assert_not_trivial(translations):
+    """A random model's translations: not one for every sentence."""
+    assert len({tuple(ids) for ids in translations}) > 1, translations
 
 
 def test_a_start_row_no_longer_zero_is_kept_as_the_decoders_start(marian_run, tmp_path):
@@ -271,8 +275,6 @@ def test_a_start_row_no_longer_zero_is_kept_as_the_decoders_start(marian_run, tm
     embeddings = translator.model.target_embedding.embeddings
     start = np.random.default_rng(1).normal(size=[1, translator.model.config.d_model])
     embeddings.assign(tf.tensor_scatter_nd_update(embeddings, [[BOS_ID]], start))
-    bias = translator.model.target_embedding.logits_bias
-    bias.assign(tf.tensor_scatter_nd_add(bias, [[EOS_ID]], [-2.0]))  # not all end at once
     translator.model.save_weights(tuned / "model.weights.h5")
     translator = load_run(tuned)
     output = export_ctranslate2(translator, tmp_path / "ct2")
@@ -281,4 +283,4 @@ def test_a_start_row_no_longer_zero_is_kept_as_the_decoders_start(marian_run, tm
     assert vocabulary == sorted(marian, key=marian.get)
     config = json.loads((output / "config.json").read_text())
     assert config["decoder_start_token"] == "<pad>"
-    assert assert_ctranslate2_greedy_equals_keras(output, translator) < len(SENTENCES)
+    assert_not_trivial(assert_ctranslate2_greedy_equals_keras(output, translator))
