@@ -110,11 +110,9 @@ class MarianTokenizer(tf.Module):
         pieces = self._vocabulary_ids(self._source, text)
         matches = tf.equal(code[:, None], self._language_tokens[None, :])
         known = tf.reduce_any(matches, axis=1)
-        code_id = tf.where(
-            known,
-            tf.gather(self._language_ids, tf.argmax(tf.cast(matches, tf.int32), axis=1)),
-            UNK_ID,
-        )
+        # At most one token matches; a sum, unlike an argmax, also holds without any.
+        matched_id = tf.reduce_sum(tf.cast(matches, tf.int32) * self._language_ids[None, :], axis=1)
+        code_id = tf.where(known, matched_id, UNK_ID)
         # A `>>lang<<` the vocabulary lacks reads as UNK, as `MarianTokenizer` reads it.
         code_ids = tf.RaggedTensor.from_row_lengths(
             tf.boolean_mask(code_id, code != ""), tf.cast(code != "", tf.int64)
