@@ -123,13 +123,21 @@ def export_tflite(
             signatures={"translate": module.translate},
             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
         )
-        converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantize:
-            converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if quantize == "float16":
-            converter.target_spec.supported_types = [tf.float16]
-        flatbuffer = converter.convert()
+        # Loading it warns of those gradients: a note about a choice made here, so kept quiet.
+        quiet = _WithoutMessage("unsaved custom gradients")
+        logging.getLogger("absl").addFilter(quiet)
+        try:
+            converter = tf.lite.TFLiteConverter.from_saved_model(
+                scratch, signature_keys=["translate"]
+            )
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if quantize:
+                converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            if quantize == "float16":
+                converter.target_spec.supported_types = [tf.float16]
+            flatbuffer = converter.convert()
+        finally:
+            logging.getLogger("absl").removeFilter(quiet)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
@@ -178,3 +186,14 @@ def _copy_asset(asset, directory) -> str:
     source = Path(asset.asset_path.numpy().decode())
     write_atomically(directory / source.name, lambda partial: shutil.copyfile(source, partial))
     return source.name
+
+
+class _WithoutMessage(logging.Filter):
+    """Drops the log records whose message holds `text`."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record):
+        return self.text not in record.getMessage()
