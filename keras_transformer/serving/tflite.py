@@ -23,6 +23,7 @@ Example (needs a trained run, so not run as a doctest)::
     # saved_models/m30k-ende.tflite, saved_models/m30k-ende.tokenizer/
 """
 
+import contextlib
 import json
 import logging
 import shutil
@@ -104,6 +105,18 @@ def export_tflite(
     source_length = source_length or min(TFLITE_SOURCE_LENGTH, max_source)
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
+    with _without_notes(TENSORFLOW_NOTES):
+        flatbuffer = _convert(translator, source_length, search, quantize)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
+    write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
+    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
+    return path
+
+
+def _convert(translator, source_length, search, quantize) -> bytes:
+    """The TFLite flatbuffer of `translator`'s search (see `export_tflite`)."""
     search = tflite_search_function(
         translator.model, source_length, search, translator.constraint
     ).get_concrete_function()
@@ -123,27 +136,13 @@ def export_tflite(
             signatures={"translate": module.translate},
             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
         )
-        # Loading it warns of those gradients: a note about a choice made here, so kept quiet.
-        quiet = _WithoutMessage("unsaved custom gradients")
-        logging.getLogger("absl").addFilter(quiet)
-        try:
-            converter = tf.lite.TFLiteConverter.from_saved_model(
-                scratch, signature_keys=["translate"]
-            )
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-            if quantize:
-                converter.optimizations = [tf.lite.Optimize.DEFAULT]
-            if quantize == "float16":
-                converter.target_spec.supported_types = [tf.float16]
-            flatbuffer = converter.convert()
-        finally:
-            logging.getLogger("absl").removeFilter(quiet)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
-    write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
-    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
-    return path
+        converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
 
 
 def tokenizer_directory(path) -> Path:
@@ -188,12 +187,32 @@ def _copy_asset(asset, directory) -> str:
     return source.name
 
 
-class _WithoutMessage(logging.Filter):
-    """Drops the log records whose message holds `text`."""
+# TensorFlow's notes on what the export does on purpose, kept out of the log: the custom
+# gradients it saves without (`_convert`), and a lookup table of the tokenizer (made before, and
+# not in the model) that freezing the graph does not serialize.
+TENSORFLOW_NOTES = ("unsaved custom gradients", "Issue encountered when serializing table_init")
 
-    def __init__(self, text):
+
+@contextlib.contextmanager
+def _without_notes(notes):
+    """absl's and TensorFlow's log records that hold one of `notes` are dropped meanwhile."""
+    dropped = _WithoutMessage(notes)
+    noisy = [logging.getLogger(name) for name in ("absl", "tensorflow")]
+    for log in noisy:
+        log.addFilter(dropped)
+    try:
+        yield
+    finally:
+        for log in noisy:
+            log.removeFilter(dropped)
+
+
+class _WithoutMessage(logging.Filter):
+    """Drops the log records whose message holds one of `texts`."""
+
+    def __init__(self, texts):
         super().__init__()
-        self.text = text
+        self.texts = texts
 
     def filter(self, record):
-        return self.text not in record.getMessage()
+        return not any(text in record.getMessage() for text in self.texts)
