@@ -209,6 +209,11 @@ def marian_order(tokenizer, pieces) -> list[int]:
     """Our ids of an imported Marian model's pieces, in Marian's id order (its `vocab.json`,
     which the run keeps beside our `vocabulary.txt`)."""
     path = tokenizer.path.parent / MARIAN_VOCABULARY
+    if not path.is_file():
+        raise CTranslate2ExportError(
+            f"{path} not found: CTranslate2 numbers an imported Marian model's pieces in "
+            "Marian's order, which the run's vocab.json holds; import the checkpoint again"
+        )
     marian = json.loads(path.read_text(encoding="utf-8"))
     ours = {piece: i for i, piece in enumerate(pieces)}
     missing = [piece for piece in marian if piece not in ours]

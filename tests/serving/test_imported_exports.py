@@ -284,3 +284,13 @@ def test_a_start_row_no_longer_zero_is_kept_as_the_decoders_start(marian_run, tm
     config = json.loads((output / "config.json").read_text())
     assert config["decoder_start_token"] == "<pad>"
     assert_not_trivial(assert_ctranslate2_greedy_equals_keras(output, translator))
+
+
+def test_a_run_without_marians_vocabulary_is_refused_by_name(marian_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(marian_run, run)
+    (run / "vocab.json").unlink()
+    arguments = ["--model", str(run), "--output", str(tmp_path / "ct2")]
+    with pytest.raises(SystemExit, match="vocab.json not found"):
+        cli.main(["export", "--format", "ctranslate2", *arguments])
+    assert not list(tmp_path.glob("*ct2*")), "a refused export leaves nothing behind"
