@@ -103,6 +103,16 @@ def exported(run_dir, tmp_path_factory):
     return base
 
 
+@pytest.fixture(scope="session")
+def imported_run(tmp_path_factory):
+    """`imported_run(name, max_length=None)`: the reference Marian checkpoint
+    tests/fixtures/marian/<name> ("classic", "tc-big") imported once a session; its run
+    directory (tests/imported_runs.py)."""
+    from imported_runs import ImportedRuns
+
+    return ImportedRuns(tmp_path_factory.mktemp("imported"))
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)

@@ -1,17 +1,18 @@
 """The `keras-transformer` command line: it parses arguments and calls the library, nothing more.
 
 Each setting's flag is generated from its field in a settings dataclass (`cli.arguments`):
-`TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`, and the
-server's `BatchingParameters` and `Limits`. Flags several commands share are declared once, on
-parent parsers. What each command does is in `cli.commands`. Every error in what the user gave
-(a `KerasTransformerError`, the data pipelines' `CorpusError`, `durable_files.WriteError`) ends
-the command with one line and exit code 2.
+`TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`,
+`ImportOptions`, and the server's `BatchingParameters` and `Limits`. Flags several commands share
+are declared once, on parent parsers. What each command does is in `cli.commands`. Every error
+in what the user gave (a `KerasTransformerError`, the data pipelines' `CorpusError`,
+`durable_files.WriteError`) ends the command with one line and exit code 2.
 
 Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it with
 `.venv/bin/python tests/cli/test_help.py`.
 """
 
 import argparse
+import keyword
 import logging
 import signal
 import sys
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("params", [], _params),
         ("presets", [], None),
         ("variations", [], _variations),
+        ("import", [], _import),
         ("prepare", [], _prepare),
         ("train", [], _train),
         ("average", [], _average),
@@ -118,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("attention", [model], _attention),
         ("curve", [], _curve),
     ):
-        handler = getattr(commands, name)
+        # A command named as a Python keyword has its handler named with "_" after it.
+        handler = getattr(commands, f"{name}_" if keyword.iskeyword(name) else name)
         summary = " ".join(handler.__doc__.split("\n\n")[0].split())
         parents = [*parents, verbose]
         command = subparsers.add_parser(name, help=summary, parents=parents, add_flags=add_flags)
@@ -136,6 +139,19 @@ def _variations(parser):
     parser.add_argument(
         "--plot", type=Path, help="also draw the differences and validation curves into this PNG"
     )
+
+
+def _import(parser):
+    from keras_transformer.pretrained.importer import ImportOptions
+
+    parser.add_argument(
+        "source",
+        help="an OPUS-MT (Marian) model: a Hugging Face checkpoint's directory or its name on "
+        "the Hugging Face Hub (Helsinki-NLP/opus-mt-en-de, downloaded with the pretrained "
+        "extra), or the directory of Marian's own release (decoder.yml, model .npz)",
+    )
+    _output_flag(parser, "the new run directory", required=True)
+    add_arguments(parser, ImportOptions, "import")
 
 
 def _prepare(parser):

@@ -52,6 +52,14 @@ def variations(args):
         logging.info("wrote %s", plot_variations(args.runs, args.plot, args.rows))
 
 
+def import_(args):
+    """a pretrained Marian (OPUS-MT) checkpoint as a run directory that every command takes"""
+    from keras_transformer.pretrained.importer import ImportOptions, import_checkpoint
+
+    options = ImportOptions(**fields_of(args, ImportOptions))
+    print(f"imported {args.source} into {import_checkpoint(args.source, args.output, options)}")
+
+
 def prepare(args):
     """tokenize a parallel corpus once into sharded TFRecord files that training streams"""
     from keras_transformer.prepare_options import CorpusOptions, PrepareOptions

@@ -1,0 +1,118 @@
+"""Imported reference checkpoints against transformers' own numbers (tests/fixtures/marian, an
+independent reference): encoder output and logits within 1e-4, greedy ids equal to
+`generate()`'s, beam 4 at α 0 equal or better under our model, compared in Marian's ids; and
+`translate` from the command line on an imported run."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from imported_runs import CHECKPOINTS, marian_order, reference, reference_tensors, to_our_ids
+from keras_transformer import Transformer
+from keras_transformer.decoding.forced import forced_decode
+from keras_transformer.decoding.translator import Translator, pad_to_bucket
+from keras_transformer.run_directory import FINAL_WEIGHTS, read_config, run_tokenizer
+from keras_transformer.search_settings import SearchSettings
+from pipelines.tokenizer import EOS_ID, PAD_ID
+from repo_paths import REPO_ROOT
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module", params=CHECKPOINTS)
+def imported_model(request, imported_run):
+    """(name, run, model): a checkpoint imported with max_length transformers'
+    `max_new_tokens`, so that both searches stop at the same length."""
+    name = request.param
+    run = imported_run(name, max_length=reference(name)["max_new_tokens"])
+    model = Transformer(read_config(run))
+    model.load_weights(run / FINAL_WEIGHTS)
+    return name, run, model
+
+
+@pytest.fixture
+def imported(imported_model):
+    """(name, translator). The tokenizer is made in the test: `tf.random.set_seed` (the
+    `_seed` fixture) deletes the SentencePiece resources of tokenizers made before it."""
+    name, run, model = imported_model
+    return name, Translator(model, run_tokenizer(run))
+
+
+def as_marian(name, rows) -> list[list[int]]:
+    """Our output rows as Marian ids: up to and with the first EOS, PAD dropped."""
+    order = marian_order(name)
+    hypotheses = []
+    for row in np.asarray(rows).tolist():
+        row = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+        hypotheses.append([int(order[i]) for i in row if i != PAD_ID])
+    return hypotheses
+
+
+def test_our_tokenizer_gives_transformers_source_ids(imported):
+    name, translator = imported
+    expected = reference(name)["source_ids"]
+    ours = translator.encode_sentences(reference(name)["sources"])
+    assert [to_our_ids(name, ids).tolist() for ids in expected] == ours
+
+
+def test_encoder_output_and_logits_within_tolerance(imported):
+    name, translator = imported
+    tensors = reference_tensors(name)
+    source_real = tensors["attention_mask"] == 1
+    target_real = tensors["decoder_attention_mask"] == 1
+    source = np.where(source_real, to_our_ids(name, tensors["input_ids"]), PAD_ID)
+    target_in = np.where(target_real, to_our_ids(name, tensors["decoder_input_ids"]), PAD_ID)
+    encoder_output, _ = translator.model.encode(source)
+    encoder_error = np.abs(np.asarray(encoder_output) - tensors["encoder_output"])[source_real]
+    # Our logits in Marian's column order (our new PAD column has no counterpart).
+    marian_columns = to_our_ids(name, np.arange(tensors["logits"].shape[-1]))
+    logits = np.asarray(translator.model((source, target_in)))[..., marian_columns]
+    logits_error = np.abs(logits - tensors["logits"])[target_real]
+    print(f"{name}: max |Δ| encoder {encoder_error.max():.2e}, logits {logits_error.max():.2e}")
+    assert encoder_error.max() < TOLERANCE
+    assert logits_error.max() < TOLERANCE
+
+
+def test_greedy_ids_equal_generate(imported):
+    name, translator = imported
+    expected = reference(name)
+    source = pad_to_bucket(translator.encode_sentences(expected["sources"]))
+    greedy = SearchSettings(beam_size=1, extra_length=expected["max_new_tokens"])
+    ids, _ = translator.decode_ids(source, greedy)
+    assert as_marian(name, ids) == expected["greedy_ids"]
+
+
+def test_beam4_ids_equal_generate_or_score_better_under_our_model(imported):
+    """transformers lets `</s>` in only among its top `beam` candidates, ours among 2×beam: so
+    where the hypotheses differ, ours must score at least as well as theirs under our model."""
+    name, translator = imported
+    expected = reference(name)
+    source = pad_to_bucket(translator.encode_sentences(expected["sources"]))
+    beam = SearchSettings(beam_size=4, alpha=0.0, extra_length=expected["max_new_tokens"])
+    ids, scores = translator.decode_ids(source, beam)
+    theirs = [to_our_ids(name, row).tolist() for row in expected["beam4_ids"]]
+    their_scores = forced_decode(translator.model, source, pad_to_bucket(theirs)).log_probs
+    ours = as_marian(name, ids)
+    equal = [mine == their for mine, their in zip(ours, expected["beam4_ids"], strict=True)]
+    print(f"{name}: beam 4 ids equal on {sum(equal)} of {len(equal)} sentences")
+    scored = zip(equal, np.asarray(scores), np.asarray(their_scores), strict=True)
+    for same, score, their_score in scored:
+        assert same or score >= their_score - TOLERANCE
+    assert sum(equal) >= len(equal) / 2
+
+
+@pytest.mark.slow
+def test_translate_from_the_command_line_on_an_imported_run(imported_run, tmp_path):
+    """`translate --model RUN --beam 1` gives transformers' greedy translations (of the
+    sentences it finished within its length limit)."""
+    expected = reference("tc-big")
+    eos = marian_order("tc-big")[EOS_ID]
+    finished = [i for i, ids in enumerate(expected["greedy_ids"]) if ids and ids[-1] == eos][:4]
+    sources = tmp_path / "sources.txt"
+    sources.write_text("".join(expected["sources"][i] + "\n" for i in finished), encoding="utf-8")
+    command = [sys.executable, "-m", "keras_transformer", "translate", "--beam", "1"]
+    command += ["--model", str(imported_run("tc-big")), "--input", str(sources)]
+    translated = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert translated.stdout.splitlines() == [expected["greedy_texts"][i] for i in finished]
