@@ -65,6 +65,7 @@ from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 from keras_transformer.config import ConfigError
 from keras_transformer.decoding.search import NEVER_GENERATED
 from keras_transformer.model import Transformer
+from keras_transformer.pretrained.marian import VOCAB_FILE
 from pipelines.marian_tokenizer import SOURCE_MODEL, TARGET_MODEL
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -82,8 +83,6 @@ ACTIVATIONS = {
     "swish": common_spec.Activation.SWISH,
     "gelu": common_spec.Activation.GELU,
 }
-# Marian's own vocabulary, kept in an imported run: CTranslate2's Marian models use its order.
-MARIAN_VOCABULARY = "vocab.json"
 
 
 class CTranslate2ExportError(ConfigError):
@@ -208,7 +207,7 @@ class KerasTransformerConverter(Converter):
 def marian_order(tokenizer, pieces) -> list[int]:
     """Our ids of an imported Marian model's pieces, in Marian's id order (its `vocab.json`,
     which the run keeps beside our `vocabulary.txt`)."""
-    path = tokenizer.path.parent / MARIAN_VOCABULARY
+    path = tokenizer.path.parent / VOCAB_FILE
     if not path.is_file():
         raise CTranslate2ExportError(
             f"{path} not found: CTranslate2 numbers an imported Marian model's pieces in "
