@@ -11,11 +11,9 @@ from pathlib import Path
 
 from keras_transformer.errors import ConfigError, KerasTransformerError
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
 
 FORMATS = ("saved_model", "tflite", "ctranslate2")
-# How a TFLite model stores its weights (serving/tflite.py): int8 with dynamic-range
-# quantization, or float16.
-TFLITE_QUANTIZATIONS = ("dynamic", "float16")
 
 
 class MissingExtraError(KerasTransformerError, ModuleNotFoundError):

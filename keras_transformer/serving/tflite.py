@@ -6,7 +6,7 @@ cannot run `SELECT_TF_OPS`), so tokenization stays with the caller: one signatur
 `scores [1]`, with L = min(source_length + extra_length, max_length). Batch, lengths, beam size,
 α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static.
 Variables are frozen into constants first: LiteRT cannot read resource variables from inside a
-`WHILE` body. `quantize` (`export.TFLITE_QUANTIZATIONS`) stores the weights smaller:
+`WHILE` body. `quantize` (`layout.TFLITE_QUANTIZATIONS`) stores the weights smaller:
 
 - `"dynamic"`: int8 (dynamic-range quantization: a scale per weight tensor, activations quantized
   on the fly for the matrix products), about a quarter of the float32 size;
@@ -36,7 +36,7 @@ from durable_files import write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.export import TFLITE_QUANTIZATIONS
+from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
