@@ -166,7 +166,11 @@ def _train(parser):
     from keras_transformer.training.training_run import TrainingRun
 
     model = parser.add_argument_group("model (TransformerConfig)")
-    model.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    model.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="default: small, or with --init-from that run's configuration",
+    )
     model.add_argument(
         "--variation",
         choices=sorted(TABLE3_CHANGES),

@@ -73,8 +73,14 @@ def prepare(args):
 
 
 def train_config(args) -> TransformerConfig:
-    """The preset, changed by its Table 3 row (--variation), then by --set and --batch-tokens."""
-    config = TransformerConfig.preset(args.preset)
+    """The preset (default small, or the configuration of the run that --init-from starts from),
+    changed by its Table 3 row (--variation), then by --set and --batch-tokens."""
+    from keras_transformer import run_directory
+
+    if args.init_from and not args.preset:
+        config = run_directory.read_config(args.init_from)
+    else:
+        config = TransformerConfig.preset(args.preset or "small")
     if args.variation:
         config = config.variation(args.variation)
     config = config.with_overrides(args.set)

@@ -118,3 +118,15 @@ def test_a_saved_model_keeps_each_side_its_own_sentencepiece_model(marian, tmp_p
     german = "Zwei Hunde spielen im Schnee."
     ids = tf.constant([expected_ids(target, vocabulary, german) + [EOS_ID]])
     assert loaded.detokenize(ids).numpy()[0].decode("utf-8") == target.decode(target.encode(german))
+
+
+def test_a_vocabulary_without_language_tokens_reads_a_leading_one_as_unk(marian, tmp_path):
+    """A bilingual model's vocabulary holds no `>>lang<<` token: a source still tokenizes."""
+    tokenizer, source, _, vocabulary = marian
+    bilingual = [piece for piece in vocabulary if piece not in (">>deu<<", ">>fra<<")]
+    for name in ("source.spm", "target.spm"):
+        (tmp_path / name).write_bytes((tokenizer.path.parent / name).read_bytes())
+    (tmp_path / "vocabulary.txt").write_text("\n".join(bilingual) + "\n", encoding="utf-8")
+    ids = MarianTokenizer(tmp_path).tokenize(tf.constant(["A dog.", ">>fra<< A dog."]))
+    dog = expected_ids(source, bilingual, "A dog.")
+    assert ids.to_list() == [dog, [UNK_ID, *dog]]
