@@ -257,13 +257,13 @@ def distill(args):
 
 def export(args):
     """SavedModel for TF Serving (<output>/<next version>/), TFLite, or CTranslate2"""
-    from keras_transformer.serving.export import ExportOptions
+    from keras_transformer.serving.export import ExportOptions, export_size
     from keras_transformer.serving.export import export as export_translator
 
     options = ExportOptions(jit_compile=args.jit_compile, **fields_of(args, ExportOptions))
     _, search = task_and_search(args)
     path = export_translator(load_translator(args), args.output, options, search)
-    print(f"exported {path}")
+    print(f"exported {path} ({export_size(path) / 2**20:.1f} MiB)")
 
 
 def serve(args):
