@@ -38,6 +38,7 @@ _PUBLIC = {
     "TransformerConfig": "keras_transformer.config",
     "Transformer": "keras_transformer.model",
     "TransformerSchedule": "keras_transformer.objectives.schedule",
+    "ConstantSchedule": "keras_transformer.objectives.schedule",
     "create_optimizer": "keras_transformer.training.optimizer",
     "LabelSmoothedCrossEntropy": "keras_transformer.objectives.losses",
     "MaskedAccuracy": "keras_transformer.objectives.metrics",

@@ -101,3 +101,9 @@ class PrepareOptions:
         "the pairs it distilled, which its student resumes on",
         metavar="FILE",
     )
+    tokenizer_from: Path | None = _option(
+        None,
+        "an imported model's run whose tokenizers (source.spm, target.spm, vocabulary.txt) "
+        "tokenize the corpus, for `train --init-from` that run",
+        metavar="RUN",
+    )

@@ -7,6 +7,10 @@
                          (or a copy of `--subwords`: a teacher's, say, or one for every worker,
                          or of a prepared corpus's, `train --data`)
     subwords.vocab.txt   in its place, a prepared corpus's WordPiece vocabulary
+    source.spm, target.spm, vocabulary.txt, vocab.json
+                         in its place, an imported Marian model's tokenizers
+                         (`pipelines.MarianTokenizer`), or a copy of those of the run it was
+                         fine-tuned from (`train --init-from`) or of a corpus prepared with them
     backup/              Keras BackupAndRestore state: resume after a crash or kill -9
     checkpoints/         ckpt-<step>.weights.h5, the last K, for checkpoint averaging (§6.1)
     logs/                TensorBoard
@@ -23,6 +27,8 @@ that a rerun is a resume of the same run; `run_weights` says which weights a run
 truncated one, and never non-finite weights (`DivergenceError`); every file is written through
 `durable_files.write_atomically`. `trainer_lock` admits one trainer per run directory, and
 `check_same_data_files` refuses a resume on training files other than the run's.
+`check_init_from` and `adopt_tokenizer` are the rules of a run that starts from another's weights
+(`train --init-from`): the same architecture, the same tokenizer files.
 """
 
 from __future__ import annotations
@@ -76,6 +82,28 @@ CHANGEABLE_ON_RESUME = frozenset(
         "learning_rate_scale",
     }
 )
+# The settings that fix a model's weights and what it computes from them: a run that starts from
+# another run's weights (`train --init-from`) keeps them. `max_length` too, with learned positions
+# (the size of their table).
+ARCHITECTURE_SETTINGS = (
+    "vocab_size",
+    "target_vocab_size",
+    "num_layers",
+    "d_model",
+    "d_ff",
+    "num_heads",
+    "d_k",
+    "d_v",
+    "ffn_activation",
+    "positional_encoding",
+    "sinusoid_layout",
+    "tie_embeddings",
+    "output_bias",
+    "layer_norm_epsilon",
+)
+# Beside an imported Marian model's tokenizer files (`pipelines.marian_tokenizer`): Marian's own
+# vocabulary, in its id order, which the CTranslate2 export gives back.
+MARIAN_VOCABULARY_JSON = "vocab.json"
 # The settings that name the data a run's vocabulary and weights were trained on: a resume that
 # changed one would train on the other data with them, and score as if it never had.
 DATA_SETTINGS = ("dataset", "source_language", "target_language", "lowercase")
@@ -135,6 +163,7 @@ def prepare(run, config: TransformerConfig):
     settings = run.to_dict()
     # A resume without --subwords still holds the adopted vocabulary: keep where it came from.
     settings["subwords"] = settings["subwords"] or saved_run.get("subwords")
+    settings["init_from"] = settings["init_from"] or saved_run.get("init_from")
     # Checked against the data read now, and then updated, by `check_same_data_files`.
     data_files = {"data_files": saved_run["data_files"]} if "data_files" in saved_run else {}
     write_settings(run.output, {**settings, "training_changes": training_changes, **data_files})
@@ -250,6 +279,79 @@ def run_corpus(run_dir, data_dir=None, dataset=None):
     return settings, trained_on, data_dir, files
 
 
+# -- starting from another run's weights -----------------------------------------------------
+
+
+def check_init_from(init_from, config: TransformerConfig):
+    """Raises unless `init_from` is a run whose weights a model of `config` can start from: it
+    holds weights, a tokenizer, and a config.json of the same architecture
+    (`ARCHITECTURE_SETTINGS`); the error names every setting that differs."""
+    saved = read_config(init_from)
+    learned_positions = saved.positional_encoding == "learned"
+    fixed = [*ARCHITECTURE_SETTINGS, *(["max_length"] if learned_positions else [])]
+    differing = {
+        name: (getattr(saved, name), getattr(config, name))
+        for name in fixed
+        if getattr(saved, name) != getattr(config, name)
+    }
+    if differing:
+        raise ConfigError(
+            f"init_from {init_from} holds a model of other settings (its, this run's): "
+            f"{differing}; leave them unset (and the preset too): the run takes its model's"
+        )
+    run_weights(init_from)
+    if not tokenizer_files(init_from):
+        raise ConfigError(
+            f"init_from {init_from} holds no tokenizer ({SUBWORDS_FILE}, or an imported "
+            "model's source.spm and target.spm)"
+        )
+
+
+def tokenizer_files(run_dir) -> list[Path]:
+    """The files of a run's tokenizer that it holds: an imported Marian model's (and Marian's
+    vocab.json where there), else its subword vocabulary."""
+    from pipelines.marian_tokenizer import (
+        SOURCE_MODEL,
+        TARGET_MODEL,
+        VOCABULARY,
+        holds_marian_tokenizer,
+    )
+
+    run_dir = Path(run_dir)
+    if holds_marian_tokenizer(run_dir):
+        names = (SOURCE_MODEL, TARGET_MODEL, VOCABULARY, MARIAN_VOCABULARY_JSON)
+    else:
+        names = (subwords_path(run_dir).name,)
+    return [run_dir / name for name in names if (run_dir / name).is_file()]
+
+
+def adopt_tokenizer(run_dir, source_dir):
+    """Copies the tokenizer files of `source_dir` (a run, or a prepared corpus) into the run, or
+    checks that it holds them byte for byte: the weights it starts from, or the ids it trains
+    on, index that vocabulary."""
+    from pipelines.marian_tokenizer import holds_marian_tokenizer
+
+    held_kind = holds_marian_tokenizer(run_dir) if tokenizer_files(run_dir) else None
+    if held_kind not in (None, holds_marian_tokenizer(source_dir)):
+        raise ConfigError(
+            f"{run_dir} holds another kind of tokenizer than {source_dir}: its weights or data "
+            "index that vocabulary; start a new run with another output"
+        )
+    for source in tokenizer_files(source_dir):
+        held = Path(run_dir) / source.name
+        if not held.exists():
+            copy_atomically(source, held)
+        elif held.read_bytes() != source.read_bytes():
+            raise ConfigError(
+                f"{held} is not {source}: the run holds another vocabulary, which its weights "
+                "or data index; start a new run with another output"
+            )
+
+
+def copy_atomically(source, target):
+    write_atomically(target, lambda partial: shutil.copyfile(source, partial))
+
+
 # -- the subword vocabulary -----------------------------------------------------------------
 
 
@@ -284,13 +386,20 @@ def adopt_subwords(run):
 def hold_subwords(run_dir, source) -> Path:
     """The run's vocabulary file, a copy of `source` (a SentencePiece model, or a WordPiece
     vocabulary, `*.vocab.txt`) unless the run holds one already."""
+    from pipelines.marian_tokenizer import holds_marian_tokenizer
     from pipelines.tokenizer import WORDPIECE_SUFFIX
 
+    if holds_marian_tokenizer(run_dir):
+        raise ConfigError(
+            f"{run_dir} holds an imported model's tokenizers (source.spm, target.spm), which its "
+            f"weights index, not the subword vocabulary {source}: start a new run with another "
+            "output"
+        )
     held = subwords_path(run_dir)
     if not held.exists():
         wordpiece = Path(source).name.endswith(WORDPIECE_SUFFIX)
         held = Path(run_dir) / (WORDPIECE_SUBWORDS_FILE if wordpiece else SUBWORDS_FILE)
-        write_atomically(held, lambda partial: shutil.copyfile(source, partial))
+        copy_atomically(source, held)
     return held
 
 

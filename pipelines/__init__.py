@@ -22,6 +22,7 @@ _PUBLIC = {
     "bucket_by_token_budget": "pipelines.batching",
     "check_sentencepiece_model": "pipelines.tokenizer",
     "corpus_files": "pipelines.datasets",
+    "holds_marian_tokenizer": "pipelines.marian_tokenizer",
     "count_over_length": "pipelines.translation_dataset",
     "load_or_train_tokenizer": "pipelines.tokenizer",
     "make_translation_dataset": "pipelines.translation_dataset",

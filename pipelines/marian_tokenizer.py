@@ -175,4 +175,8 @@ class MarianTokenizer(tf.Module):
 
 
 def _sentencepiece(path, out_type):
-    return tf_text.SentencepieceTokenizer(model=Path(path).read_bytes(), out_type=out_type)
+    # A name of its own for each model's resource: a loaded SavedModel would otherwise create
+    # them all under one node name, which shares one resource, and use one model for both sides.
+    return tf_text.SentencepieceTokenizer(
+        model=Path(path).read_bytes(), out_type=out_type, name=f"{Path(path).stem}_{out_type.name}"
+    )

@@ -14,8 +14,10 @@ align, one tab a TSV line: errors name the file, the line and the value at fault
 trains the shared vocabulary once on the training split (BPE by default, as the paper, or for
 the parsing corpus "ptb" its word vocabulary, as `train --dataset ptb` learns it; on a random
 sample of `sample_sentences` sentences of a larger split), or adopts a given one (`subwords`: a
-teacher's, for the pairs it distilled, which its student resumes on), tokenizes every split in
-the graph, appends EOS, drops pairs with an empty side and pairs longer than `max_length`
+teacher's, for the pairs it distilled, which its student resumes on; `tokenizer_from`: an
+imported Marian model's two SentencePiece models and shared vocabulary, which it is fine-tuned
+on), tokenizes every split in the graph (sources with `tokenize`, targets with
+`tokenize_target`), appends EOS, drops pairs with an empty side and pairs longer than `max_length`
 (counted by reason, never an error, unless a split loses every pair), and writes the format that
 `pipelines.prepared` describes, `manifest.json` last.
 
@@ -45,10 +47,18 @@ from tqdm.auto import tqdm
 
 from durable_files import write_atomically
 from pipelines.corpus import CorpusError, iter_lines
+from pipelines.marian_tokenizer import (
+    SOURCE_MODEL,
+    TARGET_MODEL,
+    VOCABULARY,
+    MarianTokenizer,
+    holds_marian_tokenizer,
+)
 from pipelines.prepared import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_FILE,
+    MARIAN_KIND,
     RECORD,
     file_sha256,
     read_manifest,
@@ -443,6 +453,45 @@ def _given_vocabulary(path, directory, options):
     return _vocabulary_entry(copy, options, sentences=0, sampled=False)
 
 
+def _marian_tokenizer_input(directory, vocabulary, subwords, lowercase) -> dict:
+    """The manifest's record of the imported model's tokenizer files in `directory` (a run's,
+    `tokenizer_from`), which replace a vocabulary of ours."""
+    if vocabulary or subwords or lowercase:
+        raise CorpusError(
+            "tokenizer_from gives the vocabulary: leave vocabulary, subwords and lowercase unset"
+        )
+    if not holds_marian_tokenizer(directory):
+        raise CorpusError(
+            f"tokenizer_from {directory} holds no imported model's tokenizers ({SOURCE_MODEL}, "
+            f"{TARGET_MODEL}, {VOCABULARY}); a run's subwords.model is given as subwords"
+        )
+    return {
+        name: _file_input(Path(directory) / name)
+        for name in (SOURCE_MODEL, TARGET_MODEL, VOCABULARY)
+    }
+
+
+def _given_marian_tokenizer(files, directory):
+    """Copies an imported model's tokenizer files (`files`: their manifest record) into
+    `directory`; their manifest entry and their tokenizer."""
+    for name, entry in files.items():
+        shutil.copyfile(entry["path"], directory / name)
+    tokenizer = MarianTokenizer(directory)
+    entry = {
+        "kind": MARIAN_KIND,
+        **_file_entry(directory / VOCABULARY),
+        "models": {
+            "source": _file_entry(directory / SOURCE_MODEL),
+            "target": _file_entry(directory / TARGET_MODEL),
+        },
+        "entries": tokenizer.vocab_size,
+        "lowercase": False,
+        "sentences": 0,
+        "sampled": False,
+    }
+    return entry, tokenizer
+
+
 def _vocabulary_entry(path, options, sentences, sampled):
     """The manifest entry of the vocabulary file `path`, learned from `sentences` (0: given),
     and its tokenizer."""
@@ -714,7 +763,9 @@ def _ordered(counts) -> dict:
 
 def _build(directory, corpus, counts, head) -> dict:
     options = head["options"]
-    if "subwords" in options:
+    if "tokenizer_from" in options:
+        vocabulary, tokenizer = _given_marian_tokenizer(options["tokenizer_from"], directory)
+    elif "subwords" in options:
         given = options["subwords"]["path"]
         vocabulary, tokenizer = _given_vocabulary(given, directory, options)
     else:
@@ -739,6 +790,7 @@ def prepare(
     sample_sentences=1_000_000,
     lowercase=False,
     subwords=None,
+    tokenizer_from=None,
 ) -> dict:
     """Prepares `corpus` (`TextPairs`, `TsvPairs` or `TfdsPairs`) into `output_dir`; returns its
     manifest (see the module docstring and `pipelines.prepared`).
@@ -754,6 +806,9 @@ def prepare(
         lowercase: a case-folding SentencePiece model.
         subwords: a SentencePiece model of that kind and case folding to use rather than learn
             one (then `vocab_size` and `sample_sentences` go unused); its checksum is an input.
+        tokenizer_from: a directory holding an imported Marian model's tokenizers (source.spm,
+            target.spm, vocabulary.txt: its run's), to tokenize with rather than a vocabulary of
+            ours (`pipelines.MarianTokenizer`); their checksums are inputs.
     """
     output_dir = Path(output_dir).absolute()
     options = _checked_options(
@@ -768,6 +823,9 @@ def prepare(
         if not Path(subwords).is_file():
             raise CorpusError(f"vocabulary file not found: {subwords}")
         options["subwords"] = _file_input(subwords)
+    if tokenizer_from is not None:
+        files = _marian_tokenizer_input(tokenizer_from, vocabulary, subwords, lowercase)
+        options.update(vocabulary=MARIAN_KIND, tokenizer_from=files)
     existing = _existing_manifest(output_dir)
     head = {
         "format": FORMAT,

@@ -4,6 +4,9 @@ A prepared directory holds:
 
     manifest.json                         written last: what is there, and from what
     subwords.model | subwords.vocab.txt   the shared subword vocabulary (`SubwordTokenizer`)
+    or source.spm, target.spm, vocabulary.txt
+                                          an imported Marian model's tokenizers
+                                          (`MarianTokenizer`; `prepare --tokenizer-from RUN`)
     {split}-{i:05d}-of-{n:05d}.tfrecord   the pairs of a split, as token ids
     {split}.source.txt, {split}.target.txt  the text of each split but train (for BLEU)
 
@@ -31,10 +34,13 @@ same number of steps on each reads every pair once.
     options                       vocabulary (bpe, unigram, word, wordpiece), vocab_size,
                                   max_length, shard_pairs, sample_sentences, lowercase, and
                                   subwords (path, bytes, sha256) where a vocabulary was given
-                                  rather than learned
+                                  rather than learned, or tokenizer_from ({file name: path,
+                                  bytes, sha256}) where an imported model's tokenizers were
     record                        the feature names and reserved ids above
     vocabulary                    kind, file, bytes, sha256, entries, lowercase, sentences
-                                  (learned from), sampled (from a sample of the train split)
+                                  (learned from), sampled (from a sample of the train split);
+                                  for kind "marian" (file vocabulary.txt) also models
+                                  {"source": {"file", "bytes", "sha256"}, "target": ...}
     splits.{split}                pairs_read, pairs_kept, dropped {"empty", "too_long"},
                                   shortest and longest (of non-empty pairs), lengths (the
                                   kept pairs' histogram: {"length": count}), shards
@@ -72,6 +78,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "keras-transformer-prepared"
 FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
+MARIAN_KIND = "marian"  # the vocabulary kind of an imported Marian model's tokenizers
 RECORD = {
     "features": {"source": "int64 list: ids + EOS", "target": "int64 list: ids + EOS"},
     "pad_id": PAD_ID,
@@ -113,7 +120,7 @@ def read_manifest(directory, verify_checksums=False) -> dict:
             f"{directory} and prepare it again"
         )
     try:
-        files = [manifest["vocabulary"]]
+        files = [manifest["vocabulary"], *manifest["vocabulary"].get("models", {}).values()]
         for split in manifest["splits"].values():
             files += [*split["shards"], *split.get("text", {}).values()]
         for entry in files:

@@ -80,6 +80,20 @@ def multi30k_slice(tmp_path_factory, multi30k_dir):
     return directory
 
 
+@pytest.fixture(scope="session")
+def dog_captions(tmp_path_factory, multi30k_dir):
+    """An in-domain corpus for fine-tuning: the Multi30k pairs whose English caption has the
+    word "dog" (about 1,400 of train, 50 of val and of test_2016_flickr), as a data directory."""
+    directory = tmp_path_factory.mktemp("dog_captions")
+    for split in ("train", "val", "test_2016_flickr"):
+        english, german = (read_lines(multi30k_dir / f"{split}.{side}.gz") for side in ("en", "de"))
+        about_dogs = [i for i, caption in enumerate(english) if "dog" in caption.lower().split()]
+        for language, lines in (("en", english), ("de", german)):
+            with gzip.open(directory / f"{split}.{language}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(f"{lines[i]}\n" for i in about_dogs)
+    return directory
+
+
 @pytest.fixture
 def first_lines_data(multi30k_dir, tmp_path):
     """The first 4 lines of each Multi30k split, as a data directory of its own."""

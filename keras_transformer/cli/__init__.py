@@ -166,7 +166,11 @@ def _train(parser):
     from keras_transformer.training.training_run import TrainingRun
 
     model = parser.add_argument_group("model (TransformerConfig)")
-    model.add_argument("--preset", default="small", choices=sorted(PRESETS))
+    model.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="default: small, or with --init-from that run's configuration",
+    )
     model.add_argument(
         "--variation",
         choices=sorted(TABLE3_CHANGES),
@@ -194,6 +198,12 @@ def _average(parser):
 def _translate(parser):
     parser.add_argument("--input", type=Path, help="text file (plain or .gz); default stdin")
     _output_flag(parser, "default stdout")
+    parser.add_argument(
+        "--target-language",
+        metavar="CODE",
+        help="a multilingual imported model's target language (its >>CODE<< token, e.g. fra), "
+        "put before each sentence",
+    )
     n_best = add_arguments(
         parser,
         SearchSettings,

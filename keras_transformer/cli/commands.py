@@ -73,8 +73,14 @@ def prepare(args):
 
 
 def train_config(args) -> TransformerConfig:
-    """The preset, changed by its Table 3 row (--variation), then by --set and --batch-tokens."""
-    config = TransformerConfig.preset(args.preset)
+    """The preset (default small, or the configuration of the run that --init-from starts from),
+    changed by its Table 3 row (--variation), then by --set and --batch-tokens."""
+    from keras_transformer import run_directory
+
+    if args.init_from and not args.preset:
+        config = run_directory.read_config(args.init_from)
+    else:
+        config = TransformerConfig.preset(args.preset or "small")
     if args.variation:
         config = config.variation(args.variation)
     config = config.with_overrides(args.set)
@@ -131,11 +137,13 @@ def load_translator(args, jit_compile=False):
 
 def translate(args):
     """translate lines of a file or stdin"""
-    from keras_transformer.decoding.translator import n_best_text
+    from keras_transformer.decoding.translator import n_best_text, with_target_language
 
     task, search = task_and_search(args)
     translator = load_translator(args, args.jit_compile)
     lines = read_input(args.input)
+    if args.target_language:
+        lines = with_target_language(lines, translator.tokenizer, args.target_language)
     if args.n_best or args.scores or args.alignments:
         n_best = translator.translate_n_best(lines, search, alignments=args.alignments)
         write_output(args.output, n_best_text(lines, n_best, task.present))
@@ -249,13 +257,13 @@ def distill(args):
 
 def export(args):
     """SavedModel for TF Serving (<output>/<next version>/), TFLite, or CTranslate2"""
-    from keras_transformer.serving.export import ExportOptions
+    from keras_transformer.serving.export import ExportOptions, export_size
     from keras_transformer.serving.export import export as export_translator
 
     options = ExportOptions(jit_compile=args.jit_compile, **fields_of(args, ExportOptions))
     _, search = task_and_search(args)
     path = export_translator(load_translator(args), args.output, options, search)
-    print(f"exported {path}")
+    print(f"exported {path} ({export_size(path) / 2**20:.1f} MiB)")
 
 
 def serve(args):

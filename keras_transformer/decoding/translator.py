@@ -315,6 +315,19 @@ class Translator:
         return outputs
 
 
+def with_target_language(sentences, tokenizer, language: str) -> list[str]:
+    """`sentences`, each led by the token of `language` (`>>fra<<` for "fra"), as a multilingual
+    Marian model reads its target language; `language` must be one of the tokenizer's
+    `target_languages`."""
+    languages = getattr(tokenizer, "target_languages", [])
+    if language not in languages:
+        raise ConfigError(
+            f"target_language {language!r} is not one of this model's target languages "
+            f"{languages or '(none: it translates into one language)'}"
+        )
+    return [f">>{language}<< {sentence}" for sentence in sentences]
+
+
 def n_best_text(sources, n_best, present=lambda source, text: text) -> str:
     """`Hypothesis.line`s of each source's hypotheses (`n_best[i]`, of `sources[i]`), the texts
     as `present(source, text)` shows them (a `Task`'s `present`)."""

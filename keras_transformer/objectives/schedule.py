@@ -4,6 +4,11 @@
 
 "This corresponds to increasing the learning rate linearly for the first warmup_steps training
 steps, and decreasing it thereafter proportionally to the inverse square root of the step number."
+
+Beside it, `ConstantSchedule`, for fine-tuning a pretrained model: Eq. 3 peaks near 7e-4 for
+`base` (at step_num = warmup_steps), a rate that moves pretrained weights far from where they
+were; a constant rate one or two orders of magnitude lower, reached by a short linear warmup,
+adapts them instead.
 """
 
 import keras
@@ -53,5 +58,47 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "d_model": self.d_model,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
+            "accumulation_steps": self.accumulation_steps,
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ConstantSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """A constant learning rate after a short linear warmup, for fine-tuning:
+
+        lrate = learning_rate · min(1, step_num / warmup_steps)
+
+    (`learning_rate` throughout where `warmup_steps` is 0).
+
+    Step offset and gradient accumulation as in `TransformerSchedule`: `schedule(iteration)` is
+    the rate at `step_num = iteration // accumulation_steps + 1`, so the first update already
+    moves the weights (at `learning_rate / warmup_steps`).
+
+    Args:
+        learning_rate: the rate once warmed up.
+        warmup_steps: updates of linear warmup (0: none).
+        accumulation_steps: micro-batches per update (1: none).
+
+    Example:
+    >>> schedule = ConstantSchedule(learning_rate=5e-5, warmup_steps=100)
+    >>> [round(float(schedule(step)), 10) for step in (0, 49, 99, 5000)]
+    [5e-07, 2.5e-05, 5e-05, 5e-05]
+    """
+
+    def __init__(self, learning_rate, warmup_steps=0, accumulation_steps=1):
+        self.learning_rate = learning_rate
+        self.warmup_steps = warmup_steps
+        self.accumulation_steps = accumulation_steps
+
+    def __call__(self, step):
+        update = ops.floor_divide(step, self.accumulation_steps)
+        step_num = ops.cast(update, "float32") + 1.0
+        warmed_up = ops.minimum(1.0, step_num / max(self.warmup_steps, 1))
+        return self.learning_rate * warmed_up
+
+    def get_config(self):
+        return {
+            "learning_rate": self.learning_rate,
+            "warmup_steps": self.warmup_steps,
             "accumulation_steps": self.accumulation_steps,
         }

@@ -36,7 +36,6 @@ from keras_transformer.pretrained.marian import (
     CHECKPOINT_FILES,
     SOURCE_SPM,
     TARGET_SPM,
-    VOCAB_FILE,
     WEIGHTS_FILES,
     MarianCheckpoint,
     assign_weights,
@@ -97,7 +96,7 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
             )
         marian_ids = {piece: i for i, piece in enumerate(checkpoint.vocabulary)}
         text = json.dumps(marian_ids, ensure_ascii=False)
-        run_directory.write_text_atomically(partial / VOCAB_FILE, text)
+        run_directory.write_text_atomically(partial / run_directory.MARIAN_VOCABULARY_JSON, text)
         pieces = vocabulary_pieces(checkpoint, order)
         run_directory.write_text_atomically(partial / VOCABULARY, "".join(p + "\n" for p in pieces))
     return output

@@ -5,7 +5,8 @@ converters read OpenNMT, fairseq, Marian and Hugging Face models, not Keras ones
 `export_ctranslate2` fills its `TransformerSpec` from our weights directly and lets CTranslate2's
 own `Converter` validate, quantize and save it:
 
-    <output>/model.bin, config.json, shared_vocabulary.json, subwords.model
+    <output>/model.bin, config.json, shared_vocabulary.json, and the tokenizer's files:
+    subwords.model, or an imported Marian model's source.spm and target.spm
 
 Our architecture maps onto the spec term for term:
 
@@ -13,19 +14,31 @@ Our architecture maps onto the spec term for term:
   written as `layer_norm_epsilon` in config.json;
 - the embeddings, scaled by √d_model (the spec's `scale_embeddings`), and the tied pre-softmax
   projection: one matrix, which CTranslate2 stores once and aliases;
-- the positional encodings written out as a table of `max_length` rows: ours interleave sines
-  and cosines (§3.5), CTranslate2's built-in sinusoids concatenate them and space their
-  frequencies differently, so its own are not used; a learned table (Table 3 row E) goes in as
-  it is. A position past `max_length` is an error in CTranslate2, as it is past our cache;
+- the positional encodings written out as a table of `max_length` rows, in either of our
+  layouts (`sinusoid_layout`): CTranslate2's built-in sinusoids lie in halves, as Marian's do,
+  but space their frequencies as tensor2tensor does (10000^(i / (d_model/2 - 1))), unlike §3.5
+  and Marian (10000^(2i / d_model)), so its own are never used; a learned table (Table 3 row E)
+  goes in as it is. A position past `max_length` is an error in CTranslate2, as it is past our
+  cache;
 - Q, K and V of each head, `[d_model, h, d_k]`, as rows of one linear layer `[h·d_k, d_model]`
   (fused QKV for self-attention, Q and fused KV for encoder-decoder attention), and W^O;
-- the feed-forward network's two biased linear layers with a ReLU (Eq. 2);
-- an output bias that is 0 except on PAD and BOS, where it is `NEVER_GENERATED_LOGIT`: our
-  searches never generate them (`search.NEVER_GENERATED`), and with that bias neither does
-  CTranslate2, nor does it normalize over them;
+- the feed-forward network's two biased linear layers with its activation (`ffn_activation`:
+  Eq. 2's ReLU, swish or GELU, each one of CTranslate2's);
+- the projection's bias: our output bias (`output_bias`, 0 without one), and
+  `NEVER_GENERATED_LOGIT` on PAD and BOS: our searches never generate them
+  (`search.NEVER_GENERATED`), and with that bias neither does CTranslate2, nor does it normalize
+  over them;
 - the vocabulary, the tokenizer's pieces in id order, with its special pieces as `<unk>`,
   `<s>` (also the decoder's start), `</s>`; `add_source_eos` appends EOS to a source, so a
   caller passes the tokenizer's pieces alone. The subword model is copied beside.
+
+An imported Marian (OPUS-MT) model is exported as CTranslate2's own converter (its
+`MarianMTLoader`) exports the original, so that code written for one runs the other: Marian's
+vocabulary order (the run's `vocab.json`) without our PAD row, which Marian lacks, nor Marian's
+`<pad>` (our BOS, a zero row): the decoder starts from a zero embedding
+(`start_from_zero_embedding`) with `</s>` as its nominal start token; `</s>` and `<unk>` as
+Marian names them; sources passed with their `</s>`, as Marian's tokenizer gives them; both
+SentencePiece models copied beside.
 
 A configuration the spec cannot hold exactly is refused, naming why (`CTranslate2ExportError`).
 Settings of training alone (dropouts, label smoothing, the schedule, initializers) do not matter.
@@ -37,6 +50,7 @@ Example (needs a trained run, so not run as a doctest)::
     export_ctranslate2(load_run("runs/m30k-ende"), "ct2/m30k-ende", quantization="int8")
 """
 
+import json
 import logging
 import os
 import shutil
@@ -51,13 +65,24 @@ from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 from keras_transformer.config import ConfigError
 from keras_transformer.decoding.search import NEVER_GENERATED
 from keras_transformer.model import Transformer
-from pipelines.tokenizer import BOS_ID, EOS_ID, UNK_ID
+from keras_transformer.pretrained.marian import VOCAB_FILE
+from pipelines.marian_tokenizer import SOURCE_MODEL, TARGET_MODEL
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
 # The output bias of tokens never generated: exp() of any logit this far down is 0 in float32
 # and float16 alike, and the value itself is finite in float16 (a quantized model keeps it).
 NEVER_GENERATED_LOGIT = -1e4
+
+
+# The feed-forward activations (`TransformerConfig.ffn_activation`) as CTranslate2 names them;
+# Keras's "gelu" is the exact, erf-based one, as CTranslate2's GELU.
+ACTIVATIONS = {
+    "relu": common_spec.Activation.RELU,
+    "swish": common_spec.Activation.SWISH,
+    "gelu": common_spec.Activation.GELU,
+}
 
 
 class CTranslate2ExportError(ConfigError):
@@ -107,23 +132,52 @@ class KerasTransformerConverter(Converter):
                     f"{len(pieces)} pieces: CTranslate2 needs a vocabulary of each side's size"
                 )
         spec = transformer_spec.TransformerSpec.from_config(
-            config.num_layers, config.num_heads, pre_norm=False
+            config.num_layers,
+            config.num_heads,
+            pre_norm=False,
+            activation=ACTIVATIONS[config.ffn_activation],
         )
-        spec.config.unk_token = pieces[UNK_ID]
-        spec.config.bos_token = spec.config.decoder_start_token = pieces[BOS_ID]
-        spec.config.eos_token = pieces[EOS_ID]
-        spec.config.add_source_eos = True
         spec.config.layer_norm_epsilon = config.layer_norm_epsilon
-        spec.register_source_vocabulary(pieces)
-        spec.register_target_vocabulary(pieces)
-        spec.register_file(str(self.tokenizer.path))
+        if self.tokenizer.kind == "marian":
+            self._set_marian_vocabulary(spec, pieces)
+        else:
+            self.ids = list(range(len(pieces)))
+            spec.config.unk_token = pieces[UNK_ID]
+            spec.config.bos_token = spec.config.decoder_start_token = pieces[BOS_ID]
+            spec.config.eos_token = pieces[EOS_ID]
+            spec.config.add_source_eos = True
+            spec.register_file(str(self.tokenizer.path))
+        vocabulary = [pieces[i] for i in self.ids]
+        spec.register_source_vocabulary(vocabulary)
+        spec.register_target_vocabulary(vocabulary)
         self._set_encoder(spec.encoder)
         self._set_decoder(spec.decoder)
         return spec
 
+    def _set_marian_vocabulary(self, spec, pieces):
+        """An imported Marian model's vocabulary and special tokens as CTranslate2's own Marian
+        converter sets them: Marian's order (`vocab.json`) without our PAD, a row Marian lacks,
+        nor Marian's `<pad>` (our BOS): the decoder starts from a zero embedding instead
+        (`start_from_zero_embedding`), its start token then any (`</s>`). Sources end with
+        `</s>` as Marian's tokenizer gives them (`add_source_eos` stays off). Should our BOS row
+        no longer be zero (a fine-tuned model), it stays as the decoder's start token."""
+        bos_row = _numpy(self.model.target_embedding.embeddings)[BOS_ID]
+        starts_from_zero = not bos_row.any()
+        self.ids = [
+            i
+            for i in marian_order(self.tokenizer, pieces)
+            if i != PAD_ID and not (starts_from_zero and i == BOS_ID)
+        ]
+        spec.decoder.start_from_zero_embedding = starts_from_zero
+        spec.config.unk_token = pieces[UNK_ID]
+        spec.config.eos_token = pieces[EOS_ID]
+        spec.config.decoder_start_token = pieces[EOS_ID if starts_from_zero else BOS_ID]
+        for name in (SOURCE_MODEL, TARGET_MODEL):
+            spec.register_file(str(self.tokenizer.path.parent / name))
+
     def _set_encoder(self, spec):
         model = self.model
-        spec.embeddings[0].weight = _numpy(model.source_embedding.embeddings)
+        spec.embeddings[0].weight = _numpy(model.source_embedding.embeddings)[self.ids]
         spec.position_encodings.encodings = _position_table(model.source_positions, model.config)
         for layer_spec, layer in zip(spec.layer, model.encoder_layers, strict=True):
             _set_attention(layer_spec.self_attention, layer.self_attention, fused=[[0, 1, 2]])
@@ -132,7 +186,7 @@ class KerasTransformerConverter(Converter):
 
     def _set_decoder(self, spec):
         model = self.model
-        embeddings = _numpy(model.target_embedding.embeddings)
+        embeddings = _numpy(model.target_embedding.embeddings)[self.ids]
         spec.embeddings.weight = embeddings
         spec.position_encodings.encodings = _position_table(model.target_positions, model.config)
         for layer_spec, layer in zip(spec.layer, model.decoder_layers, strict=True):
@@ -143,11 +197,41 @@ class KerasTransformerConverter(Converter):
             _set_feed_forward(layer_spec.ffn, layer)
         projection = model.output_projection
         spec.projection.weight = (
-            embeddings if projection is None else _numpy(projection.kernel).transpose()
+            embeddings if projection is None else _numpy(projection.kernel).transpose()[self.ids]
         )
-        bias = np.zeros(model.config.output_vocab_size, np.float32)
-        bias[list(NEVER_GENERATED)] = NEVER_GENERATED_LOGIT
+        bias = _output_bias(model)[self.ids]
+        bias[np.isin(self.ids, list(NEVER_GENERATED))] = NEVER_GENERATED_LOGIT
         spec.projection.bias = bias
+
+
+def marian_order(tokenizer, pieces) -> list[int]:
+    """Our ids of an imported Marian model's pieces, in Marian's id order (its `vocab.json`,
+    which the run keeps beside our `vocabulary.txt`)."""
+    path = tokenizer.path.parent / VOCAB_FILE
+    if not path.is_file():
+        raise CTranslate2ExportError(
+            f"{path} not found: CTranslate2 numbers an imported Marian model's pieces in "
+            "Marian's order, which the run's vocab.json holds; import the checkpoint again"
+        )
+    marian = json.loads(path.read_text(encoding="utf-8"))
+    ours = {piece: i for i, piece in enumerate(pieces)}
+    missing = [piece for piece in marian if piece not in ours]
+    if missing:
+        raise CTranslate2ExportError(
+            f"{path} holds pieces {missing[:5]} that {tokenizer.path} lacks: "
+            "the run's two vocabularies do not match"
+        )
+    return [ours[piece] for piece, _ in sorted(marian.items(), key=lambda item: item[1])]
+
+
+def _output_bias(model) -> np.ndarray:
+    """The model's output bias (`output_bias`: the tied embedding's or the untied projection's),
+    zeros without one."""
+    projection = model.output_projection
+    bias = model.target_embedding.logits_bias if projection is None else projection.bias
+    if bias is None:
+        return np.zeros(model.config.output_vocab_size, np.float32)
+    return _numpy(bias)
 
 
 def check_representable(config):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from keras_transformer.errors import ConfigError, KerasTransformerError
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
 
 FORMATS = ("saved_model", "tflite", "ctranslate2")
 
@@ -36,7 +37,11 @@ class ExportOptions:
         "Serving's allowed_batch_sizes: each adds a compilation a width to the load",
         metavar="N",
     )
-    quantize: str | None = _option(None, "tflite: int8 weights", choices=["dynamic"])
+    quantize: str | None = _option(
+        None,
+        "tflite: weights as int8 (dynamic-range quantization) or float16 (default: float32)",
+        choices=TFLITE_QUANTIZATIONS,
+    )
     source_length: int | None = _option(
         None, "tflite: max source subwords with EOS (default 64, or the model's max_length)"
     )
@@ -49,6 +54,8 @@ class ExportOptions:
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ConfigError(f"format {self.format!r} must be one of {FORMATS}")
+        if self.quantize and self.format != "tflite":
+            raise ConfigError("quantize applies to format tflite (CTranslate2: quantization)")
         if self.quantization and self.format != "ctranslate2":
             raise ConfigError("quantization applies to format ctranslate2 (TFLite: quantize)")
         if self.jit_compile and self.format != "saved_model":
@@ -81,6 +88,14 @@ def export(translator, output, options: ExportOptions, search: SearchSettings) -
 
     sizes = options.warmup_batch_sizes or (1,)
     return export_saved_model(translator, output, search, options.jit_compile, sizes)
+
+
+def export_size(path) -> int:
+    """The bytes an export takes: its file's, or the sum of its directory's files."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
 def _export_ctranslate2():

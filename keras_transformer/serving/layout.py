@@ -1,7 +1,13 @@
-"""TensorFlow Serving's layout of a version directory, shared by the exporter that writes it
-(`saved_model`) and the server that reads it (`servable`), so that neither imports the other."""
+"""What the exporters share with what reads their exports, so that neither imports the other:
+TensorFlow Serving's layout of a version directory, written by `saved_model` and read by
+`servable`, and the TFLite export's weight types, offered by `export.ExportOptions` (which imports
+no TensorFlow) and made by `tflite`."""
 
 from pathlib import Path
 
 # Where TensorFlow Serving looks for requests to run once at load, before it serves a version.
 WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
+
+# How a TFLite model stores its weights (serving/tflite.py): int8 with dynamic-range
+# quantization, or float16.
+TFLITE_QUANTIZATIONS = ("dynamic", "float16")

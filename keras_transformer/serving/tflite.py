@@ -6,14 +6,27 @@ cannot run `SELECT_TF_OPS`), so tokenization stays with the caller: one signatur
 `scores [1]`, with L = min(source_length + extra_length, max_length). Batch, lengths, beam size,
 α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static.
 Variables are frozen into constants first: LiteRT cannot read resource variables from inside a
-`WHILE` body. `quantize="dynamic"` stores weights as int8 (dynamic-range quantization).
+`WHILE` body. `quantize` (`layout.TFLITE_QUANTIZATIONS`) stores the weights smaller:
+
+- `"dynamic"`: int8 (dynamic-range quantization: a scale per weight tensor, activations quantized
+  on the fly for the matrix products), about a quarter of the float32 size;
+- `"float16"`: float16 (TFLite's `target_spec.supported_types`), turned back into float32 when
+  the model loads: about half the size, the arithmetic float32's, the weights rounded to float16.
+
+Beside the model, `<name>.tokenizer/` holds what a caller tokenizes with (`TOKENIZER_NOTE`):
+the subword model, or an imported Marian model's `source.spm`, `target.spm` and the piece ↔ id
+table `vocabulary.txt`, and `tokenizer.json` saying how to use them.
 
 Example (needs a trained run, so not run as a doctest)::
 
     export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende.tflite")
+    # saved_models/m30k-ende.tflite, saved_models/m30k-ende.tokenizer/
 """
 
+import contextlib
+import json
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -23,8 +36,33 @@ from durable_files import write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
+from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
+
+# How a caller tokenizes for a TFLite model and reads its output, written beside it.
+TOKENIZER_NOTE = "tokenizer.json"
+MARIAN_RECIPE = {
+    "encode": (
+        "segment the text with source_model (as pieces); look each piece up in vocabulary "
+        "(line n is id n; a missing piece is unk_id); a multilingual model's target-language "
+        "token (>>fra<<), first in the text, is looked up whole; append eos_id; pad with "
+        "pad_id to source_length"
+    ),
+    "decode": (
+        "drop the ids from the first eos_id on, and pad_id and bos_id; map each id to its "
+        "piece in vocabulary, each piece to its id in target_model (its unk id where it lacks "
+        "the piece) and decode those ids with target_model"
+    ),
+}
+SUBWORD_RECIPE = {
+    "encode": (
+        "the subword model's own ids of the text; append eos_id; pad with pad_id to source_length"
+    ),
+    "decode": "drop the ids from the first eos_id on, and pad_id and bos_id; decode the rest "
+    "with the subword model",
+}
 
 # The longest source a TFLite model takes, in subwords with EOS: room for Multi30k's sentences.
 TFLITE_SOURCE_LENGTH = 64
@@ -60,17 +98,31 @@ def export_tflite(
 ) -> Path:
     """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
 
+    `quantize`: one of `TFLITE_QUANTIZATIONS`, or `None` for float32 weights.
+
     `search`: the `SearchSettings` fixed in the model (§6.1's by default).
 
     `source_length`: the fixed source width in subwords with EOS; default
     `TFLITE_SOURCE_LENGTH`, or the model's `max_length` if that is shorter.
     """
-    if quantize not in (None, "dynamic"):
-        raise ValueError(f"quantize must be None or 'dynamic', got {quantize!r}")
+    if quantize not in (None, *TFLITE_QUANTIZATIONS):
+        raise ValueError(f"quantize {quantize!r} must be None or one of {TFLITE_QUANTIZATIONS}")
     max_source = translator.model.config.max_length
     source_length = source_length or min(TFLITE_SOURCE_LENGTH, max_source)
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
+    with _without_notes(TENSORFLOW_NOTES):
+        flatbuffer = _convert(translator, source_length, search, quantize)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
+    write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
+    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
+    return path
+
+
+def _convert(translator, source_length, search, quantize) -> bytes:
+    """The TFLite flatbuffer of `translator`'s search (see `export_tflite`)."""
     search = tflite_search_function(
         translator.model, source_length, search, translator.constraint
     ).get_concrete_function()
@@ -82,14 +134,91 @@ def export_tflite(
         input_signature=search.structured_input_signature[0],
     )
     with tempfile.TemporaryDirectory() as scratch:
-        tf.saved_model.save(module, scratch, signatures={"translate": module.translate})
+        # Without gradients: swish's custom gradient captures a constant of the frozen graph,
+        # which a SavedModel cannot hold, and a TFLite model never differentiates.
+        tf.saved_model.save(
+            module,
+            scratch,
+            signatures={"translate": module.translate},
+            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+        )
         converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=["translate"])
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantize == "dynamic":
+        if quantize:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        flatbuffer = converter.convert()
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
+
+
+def tokenizer_directory(path) -> Path:
+    """Where the tokenizer of the TFLite model `path` lies: `<name>.tokenizer/` beside it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
-    logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
-    return path
+    return path.with_name(f"{path.stem}.tokenizer")
+
+
+def write_tokenizer_files(tokenizer, directory, source_length):
+    """Copies `tokenizer`'s files into `directory` with a `TOKENIZER_NOTE` naming them, the
+    special ids, the fixed source length and how to encode and decode."""
+    if tokenizer.kind == "marian":
+        files = {
+            "source_model": tokenizer.source_asset,
+            "target_model": tokenizer.target_asset,
+            "vocabulary": tokenizer.vocabulary_asset,
+        }
+        note = {"target_languages": tokenizer.target_languages, **MARIAN_RECIPE}
+    else:
+        files = {"subword_model": tokenizer.asset}
+        note = dict(SUBWORD_RECIPE)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    names = {role: _copy_asset(asset, directory) for role, asset in files.items()}
+    note = {
+        **names,
+        "pad_id": PAD_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "unk_id": UNK_ID,
+        "source_length": source_length,
+        **note,
+    }
+    text = json.dumps(note, indent=1, ensure_ascii=False) + "\n"
+    write_atomically(directory / TOKENIZER_NOTE, lambda partial: partial.write_text(text, "utf-8"))
+
+
+def _copy_asset(asset, directory) -> str:
+    """Copies a tokenizer's `tf.saved_model.Asset` into `directory`; returns its file name."""
+    source = Path(asset.asset_path.numpy().decode())
+    write_atomically(directory / source.name, lambda partial: shutil.copyfile(source, partial))
+    return source.name
+
+
+# TensorFlow's notes on what the export does on purpose, kept out of the log: the custom
+# gradients it saves without (`_convert`), and a lookup table of the tokenizer (made before, and
+# not in the model) that freezing the graph does not serialize.
+TENSORFLOW_NOTES = ("unsaved custom gradients", "Issue encountered when serializing table_init")
+
+
+@contextlib.contextmanager
+def _without_notes(notes):
+    """absl's and TensorFlow's log records that hold one of `notes` are dropped meanwhile."""
+    dropped = _WithoutMessage(notes)
+    noisy = [logging.getLogger(name) for name in ("absl", "tensorflow")]
+    for log in noisy:
+        log.addFilter(dropped)
+    try:
+        yield
+    finally:
+        for log in noisy:
+            log.removeFilter(dropped)
+
+
+class _WithoutMessage(logging.Filter):
+    """Drops the log records whose message holds one of `texts`."""
+
+    def __init__(self, texts):
+        super().__init__()
+        self.texts = texts
+
+    def filter(self, record):
+        return not any(text in record.getMessage() for text in self.texts)

@@ -4,7 +4,9 @@
 `training_data(run, config, micro_batch_tokens)` gives a `TrainingData`:
 
 - `tokenizer`: the run's shared vocabulary, held in the run directory (learned from the training
-  split, adopted from `--subwords`, or, for prepared data, the prepared one);
+  split, adopted from `--subwords`, or, for prepared data, the prepared one), or the two
+  tokenizers of an imported Marian model (`pipelines.MarianTokenizer`) that the run took from
+  `--init-from` or from a corpus prepared with them;
 - `length_counts`: the training pairs that batches keep, per bucketing length
   (`counts[length]`), for the size of an epoch and XLA's buckets; prepared data gives them from
   its manifest, without reading a shard;
@@ -53,6 +55,7 @@ def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> Train
     from pipelines import (
         SubwordTokenizer,
         corpus_files,
+        holds_marian_tokenizer,
         load_or_train_tokenizer,
         make_translation_dataset,
         vocabulary_kind,
@@ -61,13 +64,18 @@ def text_files(run, config: TransformerConfig, micro_batch_tokens: int) -> Train
     files = corpus_files(run.dataset, run.data_dir, run.source_language, run.target_language)
     if run.subwords:
         run_directory.adopt_subwords(run)
-    tokenizer = load_or_train_tokenizer(
-        run.output / run_directory.SUBWORDS_FILE,
-        [*files["train"]],
-        config.vocab_size,
-        kind=vocabulary_kind(run.dataset),
-        lowercase=run.lowercase,
-    )
+    if run.init_from:
+        run_directory.adopt_tokenizer(run.output, run.init_from)
+    if holds_marian_tokenizer(run.output):
+        tokenizer = marian_tokenizer(run, config)
+    else:
+        tokenizer = load_or_train_tokenizer(
+            run.output / run_directory.SUBWORDS_FILE,
+            [*files["train"]],
+            config.vocab_size,
+            kind=vocabulary_kind(run.dataset),
+            lowercase=run.lowercase,
+        )
     check_vocabulary_size(tokenizer, config)
     # Only the training pairs are segmented at random; validation scores the segmentation that
     # decoding and export use.
@@ -96,6 +104,7 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
     from pipelines import SubwordTokenizer
     from pipelines.prepared import (
         MANIFEST_FILE,
+        MARIAN_KIND,
         check_vocabulary,
         prepared_dataset,
         prepared_length_counts,
@@ -106,9 +115,16 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
 
     manifest = read_manifest(run.data_dir)
     check_prepared_settings(run, config, manifest)
-    held = run_directory.hold_subwords(run.output, prepared_vocabulary(run.data_dir))
-    check_vocabulary(run.data_dir, held)  # a resume's copy may predate a new prepare
-    tokenizer = SubwordTokenizer(held)
+    if run.init_from:
+        run_directory.adopt_tokenizer(run.output, run.init_from)
+    # A resume's copy may predate a new prepare: checked byte for byte either way.
+    if manifest["vocabulary"]["kind"] == MARIAN_KIND:
+        run_directory.adopt_tokenizer(run.output, run.data_dir)
+        tokenizer = marian_tokenizer(run, config)
+    else:
+        held = run_directory.hold_subwords(run.output, prepared_vocabulary(run.data_dir))
+        check_vocabulary(run.data_dir, held)
+        tokenizer = SubwordTokenizer(held)
     check_vocabulary_size(tokenizer, config)
     for split, counts in manifest["splits"].items():
         dropped = sum(counts["dropped"].values())
@@ -133,6 +149,24 @@ def prepared_shards(run, config: TransformerConfig, micro_batch_tokens: int) -> 
     kept = prepared_length_counts(run.data_dir, "train", config.max_length)
     identity = checksums([run.data_dir / MANIFEST_FILE])
     return TrainingData(tokenizer, kept, prepared_text_files(run.data_dir), batches, identity)
+
+
+def marian_tokenizer(run, config: TransformerConfig):
+    """The imported Marian model's tokenizers that the run holds (`pipelines.MarianTokenizer`),
+    which segment text as the model was trained on: no BPE-dropout nor case folding of ours."""
+    from pipelines import MarianTokenizer
+
+    if config.subword_dropout:
+        raise ConfigError(
+            "subword_dropout samples segmentations of a BPE vocabulary of ours; the run holds an "
+            "imported model's SentencePiece models: set subword_dropout=0"
+        )
+    if run.lowercase:
+        raise ConfigError(
+            "lowercase with an imported model's tokenizers: their SentencePiece models normalize "
+            "text as the model was trained; train with lowercase=False"
+        )
+    return MarianTokenizer(run.output)
 
 
 def checksums(paths) -> dict:

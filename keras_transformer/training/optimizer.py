@@ -1,5 +1,7 @@
 """The optimizer of §5.3: Adam, β1 = 0.9, β2 = 0.98 and ε = 10^-9, driven by the learning rate of
-Eq. 3 (`objectives.schedule.TransformerSchedule`).
+Eq. 3 (`objectives.schedule.TransformerSchedule`), or, to fine-tune a pretrained model
+(`train --learning-rate-schedule constant`), by a constant rate after a short linear warmup
+(`objectives.schedule.ConstantSchedule`): `run_schedule`.
 
 Gradient accumulation (`train --accumulate N`) makes one update of N micro-batches, weighting each
 by its non-padding target tokens (`TokenWeightedAccumulation`), so that the update is the one of
@@ -16,7 +18,7 @@ import warnings
 import keras
 from keras import ops
 
-from keras_transformer.objectives.schedule import TransformerSchedule
+from keras_transformer.objectives.schedule import ConstantSchedule, TransformerSchedule
 
 
 class TokenWeightedAccumulation:
@@ -190,8 +192,9 @@ class TokenWeightedAdam(GradientNormRecorder, TokenWeightedAccumulation, keras.o
     """`keras.optimizers.Adam` with token-weighted gradient accumulation."""
 
 
-def create_optimizer(config, accumulation_steps=1):
-    """Adam(β1, β2, ε from `config`) driven by `TransformerSchedule` (§5.3).
+def create_optimizer(config, accumulation_steps=1, schedule=None):
+    """Adam(β1, β2, ε from `config`) driven by `schedule`, by default `TransformerSchedule`
+    (§5.3).
 
     With `accumulation_steps` > 1 it is a `TokenWeightedAdam`: each update applies the gradient
     of the sum of token losses over that many micro-batches divided by their total non-padding
@@ -202,9 +205,7 @@ def create_optimizer(config, accumulation_steps=1):
     its gradients' norm (`GradientNormRecorder`).
     """
     adam = dict(
-        learning_rate=TransformerSchedule(
-            config.d_model, config.warmup_steps, config.learning_rate_scale, accumulation_steps
-        ),
+        learning_rate=schedule or paper_schedule(config, accumulation_steps),
         beta_1=config.adam_beta_1,
         beta_2=config.adam_beta_2,
         epsilon=config.adam_epsilon,
@@ -212,3 +213,19 @@ def create_optimizer(config, accumulation_steps=1):
     if accumulation_steps > 1:
         return TokenWeightedAdam(**adam, gradient_accumulation_steps=accumulation_steps)
     return TransformerAdam(**adam)
+
+
+def paper_schedule(config, accumulation_steps=1) -> TransformerSchedule:
+    """Eq. 3 with `config`'s d_model, warmup_steps and learning_rate_scale."""
+    return TransformerSchedule(
+        config.d_model, config.warmup_steps, config.learning_rate_scale, accumulation_steps
+    )
+
+
+def run_schedule(config, run) -> keras.optimizers.schedules.LearningRateSchedule:
+    """The learning rate of a `TrainingRun`: Eq. 3 (`learning_rate_schedule` "paper"), or its
+    constant `learning_rate` after `learning_rate_warmup` updates ("constant"); either counts
+    updates of `run.accumulate` micro-batches."""
+    if run.learning_rate_schedule == "constant":
+        return ConstantSchedule(run.learning_rate, run.learning_rate_warmup, run.accumulate)
+    return paper_schedule(config, run.accumulate)

@@ -19,6 +19,12 @@ gradient norm is not finite are skipped instead, logged and counted.
 In a cluster (`TF_CONFIG`) the chief alone writes the run directory; a worker that dies ends the
 others with one line (`distribution.WorkerLostError`), and rerunning the same command resumes
 every worker from the chief's backup (`share_chief_state`).
+
+Fine-tuning (`train --init-from RUN`): the run starts from RUN's weights (an imported pretrained
+model's, or a trained run's) with a fresh optimizer at step 0, keeps RUN's architecture and
+tokenizer files (`run_directory.check_init_from`, `run_directory.adopt_tokenizer`), and usually
+trains at a constant learning rate (`--learning-rate-schedule constant`) far below Eq. 3's peak.
+A resume of it starts from its own backup, as any resume.
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ from keras_transformer.training.distribution import (
     worker_lost,
     worker_name,
 )
-from keras_transformer.training.optimizer import create_optimizer
+from keras_transformer.training.optimizer import create_optimizer, run_schedule
 from keras_transformer.training.training_run import TrainingRun
 
 logger = logging.getLogger(__name__)
@@ -66,14 +72,15 @@ def compile_model(
     jit_compile: bool = False,
     accumulate: int = 1,
     skip_bad_batches: bool = False,
+    schedule=None,
 ) -> Transformer:
     """The Transformer with the paper's objective and optimizer (§5.3, §5.4), in the current
     strategy's scope; each update accumulates `accumulate` micro-batches, weighted by their
     non-padding target tokens (the loss tells the optimizer each one's count). With
     `skip_bad_batches`, a batch whose gradient norm is NaN or infinite changes nothing
-    (`_logs_with_gradient_norm`)."""
+    (`_logs_with_gradient_norm`). `schedule`: the learning rate (default Eq. 3 of `config`)."""
     model = Transformer(config)
-    optimizer = create_optimizer(config, accumulate)
+    optimizer = create_optimizer(config, accumulate, schedule)
     optimizer.skip_non_finite = skip_bad_batches
     model.compile(
         optimizer=optimizer,
@@ -203,7 +210,8 @@ def restored_step(model, backup: run_callbacks.ResumableBackup) -> int:
 
 def restore_run(run: TrainingRun, config, strategy, model) -> run_callbacks.StopOnPlateau | None:
     """Restores the run's backup into `model` (built in `strategy`'s scope, which this is called
-    outside of); returns `--patience`'s callback, primed.
+    outside of), over the weights of `init_from` where the run has one; returns `--patience`'s
+    callback, primed.
 
     In a cluster the chief alone holds the backup, and loading weights into a model of
     `MultiWorkerMirroredStrategy` is a collective that every worker would have to join. So each
@@ -212,9 +220,11 @@ def restore_run(run: TrainingRun, config, strategy, model) -> run_callbacks.Stop
     """
     if not is_multi_worker():
         with strategy.scope():
+            start_from_init(run, model)
             return plateau_stop(run, restored_step(model, resumable_backup(run)))
     with tf.device("CPU:0"):  # in host memory: the accelerators' is the training's
         local = compile_model(config, run.jit_compile, run.accumulate)
+    start_from_init(run, local)
     backup = run_callbacks.ResumableBackup(
         run.output / run_directory.BACKUP_DIR, run.output / run_directory.CHECKPOINTS_DIR
     )
@@ -222,6 +232,20 @@ def restore_run(run: TrainingRun, config, strategy, model) -> run_callbacks.Stop
     with strategy.scope():
         share_chief_state(strategy, local, model, plateau)
     return plateau
+
+
+def start_from_init(run: TrainingRun, model):
+    """Gives `model` the weights of `run.init_from`'s run, as `run_directory.run_weights` picks
+    them, and not its optimizer's state: `model`'s stays fresh, at step 0. Called before the
+    run's backup is restored, so that a resume's own weights win."""
+    if not run.init_from:
+        return
+    weights = run_directory.run_weights(run.init_from)
+    pretrained = Transformer(run_directory.read_config(run.init_from))
+    # A weights file also holds its run's optimizer: loaded into `model`, its step would count on.
+    run_directory.load_weights_checked(pretrained, weights)
+    model.set_weights(pretrained.get_weights())
+    logger.info("starting from %s", weights)
 
 
 def share_chief_state(strategy, source, model, plateau: run_callbacks.StopOnPlateau | None):
@@ -403,6 +427,14 @@ def train(config: TransformerConfig, run: TrainingRun) -> Path:
     run = for_jax(run) if on_jax else run
     if run.subwords:
         run_directory.check_subwords(run)
+    if run.init_from:
+        run_directory.check_init_from(run.init_from, config)
+        if run.learning_rate_schedule == "paper":
+            logger.warning(
+                "init_from with the paper's learning rate: Eq. 3 peaks at %.2g, which moves "
+                "pretrained weights far; learning_rate_schedule 'constant' fine-tunes them",
+                float(run_schedule(config, run)(config.warmup_steps * run.accumulate - 1)),
+            )
     try:
         return _train_as_this_worker(config, run, on_jax)
     except PEER_FAILURES as error:
@@ -496,7 +528,11 @@ def _train_locked(config: TransformerConfig, run: TrainingRun, on_jax: bool) -> 
     )
     with strategy.scope():
         model = compile_model(
-            config, run.jit_compile, run.accumulate, skip_bad_batches=bool(run.skip_bad_batches)
+            config,
+            run.jit_compile,
+            run.accumulate,
+            skip_bad_batches=bool(run.skip_bad_batches),
+            schedule=run_schedule(config, run),
         )
     plateau = restore_run(run, config, strategy, model)
     step = int(model.optimizer.iterations.numpy())

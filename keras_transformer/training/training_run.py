@@ -12,6 +12,14 @@ from pathlib import Path
 from keras_transformer.config import ConfigError
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# "paper": Eq. 3 (§5.3) with the config's warmup_steps and learning_rate_scale; "constant": a
+# constant rate after a short linear warmup, for fine-tuning a pretrained model
+# (`objectives.schedule.ConstantSchedule`).
+LEARNING_RATE_SCHEDULES = ("paper", "constant")
+# The constant schedule's rate where none is given: the order of rate that pretrained
+# Transformers are fine-tuned with (Hugging Face's `TrainingArguments` default), 14x below Eq. 3's
+# peak for base.
+FINE_TUNING_LEARNING_RATE = 5e-5
 
 
 def _setting(default, help, **metadata):
@@ -86,6 +94,27 @@ class TrainingRun:
         "run's subwords.model for a student on distilled data, or one file for every worker",
         metavar="FILE",
     )
+    init_from: Path | None = _setting(
+        None,
+        "start from this run's weights (an imported or a trained run), with a fresh optimizer "
+        "at step 0; the run takes its model settings and tokenizer files. A resume starts from "
+        "its own backup",
+        metavar="RUN",
+    )
+    learning_rate_schedule: str = _setting(
+        "paper",
+        "paper: Eq. 3 (§5.3, the config's warmup_steps and learning_rate_scale); constant: "
+        "learning_rate after learning_rate_warmup updates of linear warmup, for fine-tuning",
+        choices=LEARNING_RATE_SCHEDULES,
+    )
+    learning_rate: float | None = _setting(
+        None,
+        f"the constant schedule's rate (default {FINE_TUNING_LEARNING_RATE:g})",
+        metavar="RATE",
+    )
+    learning_rate_warmup: int | None = _setting(
+        None, "the constant schedule's updates of linear warmup (default 0: none)", metavar="N"
+    )
     deterministic: bool = _setting(False, "deterministic TF ops")
     log_every: int = _setting(50, "steps between metrics.jsonl lines")
     bleu_every: int | None = _setting(
@@ -113,6 +142,13 @@ class TrainingRun:
             )
         self.task_dataset = task_dataset(self.dataset, self.data_dir)
         self.subwords = Path(self.subwords) if self.subwords else None
+        self.init_from = Path(self.init_from) if self.init_from else None
+        if self.init_from and self.subwords:
+            raise ConfigError(
+                "subwords with init_from: the run takes the vocabulary of init_from's run, "
+                "which its weights index"
+            )
+        self._resolve_learning_rate()
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision {self.precision!r} must be one of {PRECISIONS}")
         # Caught here, before anything is written: a 0 would otherwise divide by zero in a
@@ -144,6 +180,34 @@ class TrainingRun:
             raise ConfigError(
                 "skip_bad_batches with precision 'mixed_float16': loss scaling already skips "
                 "the steps whose gradients overflow; set skip_bad_batches=0 or another precision"
+            )
+
+    def _resolve_learning_rate(self):
+        """Checks the schedule's settings and fills in the constant schedule's defaults."""
+        if self.learning_rate_schedule not in LEARNING_RATE_SCHEDULES:
+            raise ConfigError(
+                f"learning_rate_schedule {self.learning_rate_schedule!r} must be one of "
+                f"{LEARNING_RATE_SCHEDULES}"
+            )
+        constant_settings = ("learning_rate", "learning_rate_warmup")
+        if self.learning_rate_schedule == "paper":
+            given = [name for name in constant_settings if getattr(self, name) is not None]
+            if given:
+                raise ConfigError(
+                    f"{' and '.join(given)} set the constant schedule: set "
+                    "learning_rate_schedule='constant', or change Eq. 3 with the config's "
+                    "warmup_steps and learning_rate_scale"
+                )
+            return
+        if self.learning_rate is None:
+            self.learning_rate = FINE_TUNING_LEARNING_RATE
+        if self.learning_rate_warmup is None:
+            self.learning_rate_warmup = 0
+        if self.learning_rate <= 0:
+            raise ConfigError(f"learning_rate {self.learning_rate} must be positive")
+        if self.learning_rate_warmup < 0:
+            raise ConfigError(
+                f"learning_rate_warmup {self.learning_rate_warmup} must be positive, or 0 for none"
             )
 
     def to_dict(self):

@@ -106,3 +106,39 @@ def test_pieces_words_and_fingerprint(marian):
     assert tokenizer.pieces(ids) == [vocabulary[i] for i in ids]
     assert tokenizer.word_indices(ids)[-1] == 2  # "Two", "dogs", "play." (with its period)
     assert tokenizer.fingerprint() == MarianTokenizer(tokenizer.path.parent).fingerprint()
+
+
+def test_a_saved_model_keeps_each_side_its_own_sentencepiece_model(marian, tmp_path):
+    """Loaded from a SavedModel (as an export is), sources still go through source.spm and
+    outputs through target.spm."""
+    tokenizer, source, target, vocabulary = marian
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.tokenize = tf.function(
+        lambda text: tokenizer.tokenize(text).to_tensor(PAD_ID),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    module.detokenize = tf.function(
+        tokenizer.detokenize, input_signature=[tf.TensorSpec([None, None], tf.int32)]
+    )
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    text = "Two dogs play in the snow, near 3 trees!"
+    assert loaded.tokenize(tf.constant([text])).numpy().tolist() == [
+        expected_ids(source, vocabulary, text)
+    ]
+    german = "Zwei Hunde spielen im Schnee."
+    ids = tf.constant([expected_ids(target, vocabulary, german) + [EOS_ID]])
+    assert loaded.detokenize(ids).numpy()[0].decode("utf-8") == target.decode(target.encode(german))
+
+
+def test_a_vocabulary_without_language_tokens_reads_a_leading_one_as_unk(marian, tmp_path):
+    """A bilingual model's vocabulary holds no `>>lang<<` token: a source still tokenizes."""
+    tokenizer, source, _, vocabulary = marian
+    bilingual = [piece for piece in vocabulary if piece not in (">>deu<<", ">>fra<<")]
+    for name in ("source.spm", "target.spm"):
+        (tmp_path / name).write_bytes((tokenizer.path.parent / name).read_bytes())
+    (tmp_path / "vocabulary.txt").write_text("\n".join(bilingual) + "\n", encoding="utf-8")
+    ids = MarianTokenizer(tmp_path).tokenize(tf.constant(["A dog.", ">>fra<< A dog."]))
+    dog = expected_ids(source, bilingual, "A dog.")
+    assert ids.to_list() == [dog, [UNK_ID, *dog]]

@@ -11,8 +11,9 @@ import pytest
 
 from imported_runs import CHECKPOINTS, marian_order, reference, reference_tensors, to_our_ids
 from keras_transformer import Transformer
+from keras_transformer.config import ConfigError
 from keras_transformer.decoding.forced import forced_decode
-from keras_transformer.decoding.translator import Translator, pad_to_bucket
+from keras_transformer.decoding.translator import Translator, pad_to_bucket, with_target_language
 from keras_transformer.run_directory import FINAL_WEIGHTS, read_config, run_tokenizer
 from keras_transformer.search_settings import SearchSettings
 from pipelines.tokenizer import EOS_ID, PAD_ID
@@ -105,14 +106,30 @@ def test_beam4_ids_equal_generate_or_score_better_under_our_model(imported):
 
 @pytest.mark.slow
 def test_translate_from_the_command_line_on_an_imported_run(imported_run, tmp_path):
-    """`translate --model RUN --beam 1` gives transformers' greedy translations (of the
-    sentences it finished within its length limit)."""
+    """`translate --model RUN --beam 1 --target-language fra` gives transformers' greedy
+    translations of the sentences it read with `>>fra<<` (those it finished within its length
+    limit)."""
     expected = reference("tc-big")
     eos = marian_order("tc-big")[EOS_ID]
-    finished = [i for i, ids in enumerate(expected["greedy_ids"]) if ids and ids[-1] == eos][:4]
+    finished = [
+        i
+        for i, ids in enumerate(expected["greedy_ids"])
+        if ids and ids[-1] == eos and expected["sources"][i].startswith(">>fra<< ")
+    ][:4]
+    assert finished
     sources = tmp_path / "sources.txt"
-    sources.write_text("".join(expected["sources"][i] + "\n" for i in finished), encoding="utf-8")
+    text = "".join(expected["sources"][i].removeprefix(">>fra<< ") + "\n" for i in finished)
+    sources.write_text(text, encoding="utf-8")
     command = [sys.executable, "-m", "keras_transformer", "translate", "--beam", "1"]
     command += ["--model", str(imported_run("tc-big")), "--input", str(sources)]
+    command += ["--target-language", "fra"]
     translated = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert translated.stdout.splitlines() == [expected["greedy_texts"][i] for i in finished]
+
+
+def test_a_target_language_must_be_one_the_model_reads(imported):
+    name, translator = imported
+    if name == "tc-big":
+        assert with_target_language(["A dog."], translator.tokenizer, "deu") == [">>deu<< A dog."]
+    with pytest.raises(ConfigError, match="target_language 'xyz' is not one of"):
+        with_target_language(["A dog."], translator.tokenizer, "xyz")

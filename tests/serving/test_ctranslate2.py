@@ -44,11 +44,17 @@ def _seed():
 
 
 def run_with(run_dir, directory, **changes):
-    """A copy of `run_dir` with its config changed and new random weights for it."""
+    """A copy of `run_dir` with its config changed and new random weights for it (an output
+    bias too, which starts at 0)."""
     shutil.copytree(run_dir, directory)
     config = TransformerConfig.from_file(run_dir / "config.json").replace(**changes)
     (directory / "config.json").write_text(config.to_json())
-    Transformer(config).save_weights(directory / "model.weights.h5")
+    model = Transformer(config)
+    if config.output_bias:
+        projection = model.output_projection
+        bias = model.target_embedding.logits_bias if projection is None else projection.bias
+        bias.assign(np.random.default_rng(0).normal(size=bias.shape))
+    model.save_weights(directory / "model.weights.h5")
     return directory
 
 
@@ -238,12 +244,22 @@ def test_the_directory_holds_the_vocabulary_and_the_subword_model(exported, trai
     [
         dict(positional_encoding="learned"),
         dict(tie_embeddings=False, layer_norm_epsilon=0.5),
+        # OPUS-MT's classic Marian models
+        dict(ffn_activation="swish", output_bias=True, sinusoid_layout="halves"),
+        dict(ffn_activation="gelu", output_bias=True, tie_embeddings=False),
     ],
 )
 def test_every_representable_configuration_scores_as_ours(run_dir, sources, tmp_path, changes):
-    """Learned positions, an untied output projection and another ε, on random weights."""
+    """Learned positions, an untied output projection, another ε, the FFN's other activations,
+    an output bias and Marian's sinusoids, on random weights: CTranslate2 scores a translation
+    as our model does, and decodes greedily to our ids."""
     translator = load_run(run_with(run_dir, tmp_path / "run", **changes))
     engine = ctranslate2.Translator(str(export_ctranslate2(translator, tmp_path / "ct2")))
+    greedy = SearchSettings(beam_size=1, alpha=0.0, extra_length=6)
+    assert (
+        theirs(engine, translator, sources[:4], greedy)[0]
+        == ours(translator, sources[:4], greedy)[0]
+    )
     target = [17, 230, 41, 99, EOS_ID]
     source_ids = translator.encode_sentences(sources[:1])[0]
     (result,) = engine.score_batch(
@@ -287,8 +303,10 @@ def test_ensembles_constraints_quantizations_and_existing_outputs_are_refused(
     assert not list(tmp_path.iterdir())
 
 
-def test_quantization_with_another_format_is_refused(trained_run, tmp_path):
+def test_quantizations_of_another_format_are_refused(trained_run, tmp_path):
     arguments = ["export", "--model", str(trained_run), "--output", str(tmp_path / "saved")]
     with pytest.raises(SystemExit, match="quantization applies to format ctranslate2"):
         cli.main([*arguments, "--quantization", "int8"])
+    with pytest.raises(SystemExit, match="quantize applies to format tflite"):
+        cli.main([*arguments, "--quantize", "float16"])
     assert not (tmp_path / "saved").exists()

@@ -26,7 +26,7 @@ from keras_transformer.serving.saved_model import (
     warmup_requests,
 )
 from keras_transformer.serving.server import ServedModel
-from keras_transformer.serving.tflite import export_tflite
+from keras_transformer.serving.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 
@@ -315,6 +315,14 @@ def test_tflite_translates_real_sentences_as_the_saved_model(
         np.testing.assert_allclose(lite["scores"], served["scores"].numpy(), atol=1e-4)
 
 
+def test_tflite_ships_its_subword_model_and_how_to_tokenize(tflite_float, run_dir):
+    directory = tokenizer_directory(tflite_float)
+    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    model = directory / note["subword_model"]
+    assert model.read_bytes() == (run_dir / "subwords.model").read_bytes()
+    assert (note["eos_id"], note["source_length"]) == (EOS_ID, TFLITE_SOURCE)
+
+
 def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator, tmp_path):
     quantized = tmp_path / "quantized.tflite"
     arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(quantized)]
@@ -328,6 +336,26 @@ def test_tflite_uses_builtin_ops_and_quantizes(tflite_float, run_dir, translator
     assert target.shape == (1, TFLITE_SOURCE + 6) and target.min() >= 0
     with pytest.raises(ValueError, match="source_length 40 must be in 2..24"):
         export_tflite(translator, tmp_path / "x.tflite", source_length=40)
+
+
+def test_tflite_float16_translates_as_float32(tflite_float, run_dir, translator, tmp_path, capsys):
+    """float16 weights, float32 arithmetic: half the size, and on this model the same ids as
+    float32, with scores within float16's rounding."""
+    half = tmp_path / "float16.tflite"
+    arguments = ["--model", str(run_dir), "--format", "tflite", "--output", str(half)]
+    cli.main(
+        ["export", *arguments, "--source-length", str(TFLITE_SOURCE), "--extra-length", "6"]
+        + ["--quantize", "float16"]
+    )
+    size = half.stat().st_size
+    assert f"exported {half} ({size / 2**20:.1f} MiB)" in capsys.readouterr().out
+    assert size < 0.6 * tflite_float.stat().st_size
+    full, lite = tflite_runner(tflite_float), tflite_runner(half)
+    sentences = ["A dog runs on the beach.", "Two men are talking.", "A girl in a red coat."]
+    for source in padded_sources(translator, sentences):
+        expected, served = full(source_ids=source), lite(source_ids=source)
+        np.testing.assert_array_equal(served["target_ids"], expected["target_ids"])
+        np.testing.assert_allclose(served["scores"], expected["scores"], atol=1e-2)
 
 
 @pytest.mark.slow
