@@ -37,11 +37,8 @@ from keras_transformer import runtime
 from keras_transformer.analysis.evaluation import corpus_scores
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.tflite import (
-    TFLITE_QUANTIZATIONS,
-    TFLITE_SOURCE_LENGTH,
-    export_tflite,
-)
+from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
+from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH, export_tflite
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID, PAD_ID
 
