@@ -79,18 +79,6 @@ def test_a_leading_language_token_is_one_id_and_an_unknown_one_unk(marian):
     assert ids.to_list()[2] == expected_ids(source, vocabulary, "A >>fra<< dog.")
 
 
-def test_a_vocabulary_without_language_tokens_reads_any_as_unk(marian, tmp_path):
-    tokenizer, source, _, vocabulary = marian
-    for name in ("source.spm", "target.spm"):
-        (tmp_path / name).write_bytes((tokenizer.path.parent / name).read_bytes())
-    one_language = [piece for piece in vocabulary if not piece.startswith(">>")]
-    (tmp_path / "vocabulary.txt").write_text("\n".join(one_language) + "\n", encoding="utf-8")
-    monolingual = MarianTokenizer(tmp_path)
-    ids = monolingual.tokenize(tf.constant([">>fra<< A dog.", "A dog."])).to_list()
-    dog = expected_ids(source, one_language, "A dog.")
-    assert ids == [[UNK_ID, *dog], dog] and monolingual.target_languages == []
-
-
 def test_detokenize_is_the_target_models_decoding_up_to_eos(marian):
     tokenizer, _, target, vocabulary = marian
     text = "Zwei Hunde spielen im Schnee."
