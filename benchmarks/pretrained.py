@@ -24,11 +24,11 @@ length equals the maximum (ours `min_length`, transformers `min_new_tokens`, CTr
 batch 1 (the first `--batch1-sentences`, one call each), 16 and 64 (`--sentences`), the same
 number of threads for every engine (`--threads`). Ours trace (XLA: compile) a search per batch
 shape, so one batch of each size is decoded before its measured pass; the others warm up once,
-on one batch of one sentence. Each engine runs in a child process of its own (its own
-peak RSS, VmHWM); transformers and CTranslate2's converter run in `--reference-python`, the
+on one batch of one sentence. Each engine runs in a child process of its own (its own peak
+RSS, VmHWM); transformers, CTranslate2 and its converter run in `--reference-python`, the
 reference virtual environment (benchmarks/requirements-reference.txt), transformers with
-`OMP_WAIT_POLICY=PASSIVE` (`run_child`). Tokens/s counts the
-target tokens each engine returned, checked to be `--target-length` a sentence.
+`OMP_WAIT_POLICY=PASSIVE` (`run_child`). Tokens/s counts the target tokens each engine
+returned, checked to be `--target-length` a sentence (ours: on their warm-up batch's ids).
 
     .venv/bin/python benchmarks/pretrained.py [--threads 2] [--sentences 128]
         [--batch1-sentences 8] [--source-length 16] [--target-length 16]
