@@ -89,6 +89,15 @@ def without_early_eos(scores, step, min_length, eos_id=EOS_ID, vocab_axis=-1):
     return without_tokens(scores, (eos_id,), vocab_axis, when=step < min_length)
 
 
+def token_bias(vocab_size, token_ids):
+    """float32 `[vocab]`: `NEG_INF` at `token_ids`, 0 elsewhere. Added to logits, it keeps
+    those tokens from being chosen and out of a log-softmax's normalization."""
+    if not token_ids:
+        return tf.zeros([vocab_size])
+    ids = sorted(set(token_ids))
+    return tf.scatter_nd(tf.constant(ids)[:, None], tf.fill([len(ids)], NEG_INF), [vocab_size])
+
+
 def length_penalty(length, alpha):
     """lp(Y) = ((5 + |Y|) / 6)^α for a hypothesis of `length` tokens (GNMT; §6.1 uses α = 0.6)."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
@@ -260,11 +269,14 @@ def beam_search(
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
     state = _initial_state(initial_ids, beam_size, max_decode_length)
 
-    def allowed(logits, step):  # never the banned tokens; no EOS before `min_length` tokens
-        return without_early_eos(without_tokens(logits, banned_ids), step, min_length, eos_id)
+    def disallowed(vocab_size, step):  # never the banned tokens; no EOS before `min_length`
+        bias = token_bias(vocab_size, banned_ids)
+        if isinstance(min_length, int) and min_length == 0:
+            return bias
+        return bias + tf.where(step < min_length, token_bias(vocab_size, (eos_id,)), 0.0)
 
     expand = functools.partial(
-        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes
+        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes
     )
     is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
     if compact:
@@ -358,27 +370,19 @@ def _initial_state(initial_ids, beam_size, max_decode_length):
 
 
 def _expand(
-    symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes, state, max_lengths
+    symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes, state, max_lengths
 ):
     """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
     those that end to the finished set and keeps the best `beam` others alive."""
     step = state.step
-    batch_size = tf.shape(state.alive_log_probs)[0]
     logits, cache = symbols_to_logits_fn(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    log_probs = tf.nn.log_softmax(allowed(tf.cast(logits, tf.float32), step))
-    log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
-    candidates = tf.reshape(
-        state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]
+    logits = tf.cast(logits, tf.float32) + disallowed(vocab_size, step)
+    top_log_probs, parents, tokens = _best_candidates(
+        logits, state.alive_log_probs, beam_size, vocab_size
     )
-    if isinstance(vocab_size, int) and isinstance(beam_size, int):
-        candidate_count = min(2 * beam_size, beam_size * vocab_size)  # static, for XLA
-    else:
-        candidate_count = tf.minimum(2 * beam_size, beam_size * vocab_size)
-    top_log_probs, top_indices = tf.math.top_k(candidates, k=candidate_count)
-    parents, tokens = top_indices // vocab_size, top_indices % vocab_size
     ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)
 
     length = step + 1
@@ -409,6 +413,39 @@ def _expand(
         finished_lengths=merge_finished(state.finished_lengths, tf.fill(tf.shape(tokens), length)),
         cache=cache,
     )
+
+
+def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
+    """The `2 × beam` most probable extensions of each sentence's alive hypotheses.
+
+    A candidate's log-probability is its parent's (`alive_log_probs`, `[batch, beam]`) plus its
+    token's log-softmax over the parent's row of `logits` (`[batch * beam, vocab]`). Within a row
+    the log-softmax keeps the logits' order and the parent's log-probability is the same for
+    every token, so the best candidates of a sentence are among each row's `2 × beam` largest
+    logits (ties go to the lower token, as over the whole row): only those get a log-softmax,
+    the row's log-sum-exp taken around its largest logit, and the `2 × beam` best of a sentence
+    come from its `beam × 2 × beam` of them.
+
+    Returns:
+        log-probabilities float32 `[batch, 2 × beam]`, best first; the parent of each, int32
+        `[batch, 2 × beam]` (an index into the beam); and its token, int32 `[batch, 2 × beam]`.
+    """
+    batch_size = tf.shape(alive_log_probs)[0]
+    # min(2 × beam, beam × vocab) candidates in all, as over whole rows; static for XLA.
+    smaller = min if isinstance(vocab_size, int) and isinstance(beam_size, int) else tf.minimum
+    row_count = smaller(2 * beam_size, vocab_size)
+    top_logits, top_tokens = tf.math.top_k(logits, k=row_count)
+    largest = top_logits[:, :1]
+    log_sum_exp = largest + tf.math.log(tf.reduce_sum(tf.exp(logits - largest), -1, keepdims=True))
+    row_log_probs = tf.reshape(top_logits - log_sum_exp, [batch_size, beam_size, row_count])
+    candidates = tf.reshape(
+        alive_log_probs[:, :, None] + row_log_probs, [batch_size, beam_size * row_count]
+    )
+    top_log_probs, picks = tf.math.top_k(
+        candidates, k=smaller(2 * beam_size, beam_size * row_count)
+    )
+    tokens = _gather_hypotheses(tf.reshape(top_tokens, [batch_size, -1]), picks)
+    return top_log_probs, picks // row_count, tokens
 
 
 def _open_sentences(state: BeamSearchState, max_lengths, alpha, exact):
