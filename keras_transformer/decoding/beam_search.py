@@ -419,12 +419,11 @@ def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
     """The `2 × beam` most probable extensions of each sentence's alive hypotheses.
 
     A candidate's log-probability is its parent's (`alive_log_probs`, `[batch, beam]`) plus its
-    token's log-softmax over the parent's row of `logits` (`[batch * beam, vocab]`). Within a row
-    the log-softmax keeps the logits' order and the parent's log-probability is the same for
-    every token, so the best candidates of a sentence are among each row's `2 × beam` largest
-    logits (ties go to the lower token, as over the whole row): only those get a log-softmax,
-    the row's log-sum-exp taken around its largest logit, and the `2 × beam` best of a sentence
-    come from its `beam × 2 × beam` of them.
+    token's log-softmax over the parent's row of `logits` (`[batch * beam, vocab]`). The
+    parent's is the same for every token of a row, so a sentence's best candidates are among
+    each of its rows' `2 × beam` best tokens (ties go to the lower token, as over the whole
+    sentence): the parents' log-probabilities are added to those alone, and the `2 × beam` best
+    of a sentence come from its `beam × 2 × beam` of them, not from `beam × vocab`.
 
     Returns:
         log-probabilities float32 `[batch, 2 × beam]`, best first; the parent of each, int32
@@ -434,17 +433,15 @@ def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
     # min(2 × beam, beam × vocab) candidates in all, as over whole rows; static for XLA.
     smaller = min if isinstance(vocab_size, int) and isinstance(beam_size, int) else tf.minimum
     row_count = smaller(2 * beam_size, vocab_size)
-    top_logits, top_tokens = tf.math.top_k(logits, k=row_count)
-    largest = top_logits[:, :1]
-    log_sum_exp = largest + tf.math.log(tf.reduce_sum(tf.exp(logits - largest), -1, keepdims=True))
-    row_log_probs = tf.reshape(top_logits - log_sum_exp, [batch_size, beam_size, row_count])
-    candidates = tf.reshape(
-        alive_log_probs[:, :, None] + row_log_probs, [batch_size, beam_size * row_count]
+    row_log_probs, row_tokens = tf.math.top_k(tf.nn.log_softmax(logits), k=row_count)
+    candidates = alive_log_probs[:, :, None] + tf.reshape(
+        row_log_probs, [batch_size, beam_size, row_count]
     )
     top_log_probs, picks = tf.math.top_k(
-        candidates, k=smaller(2 * beam_size, beam_size * row_count)
+        tf.reshape(candidates, [batch_size, beam_size * row_count]),
+        k=smaller(2 * beam_size, beam_size * row_count),
     )
-    tokens = _gather_hypotheses(tf.reshape(top_tokens, [batch_size, -1]), picks)
+    tokens = _gather_hypotheses(tf.reshape(row_tokens, [batch_size, -1]), picks)
     return top_log_probs, picks // row_count, tokens
 
 
