@@ -32,16 +32,17 @@ done, which on real batches is two to three times the hypothesis-steps needed
 (docs/PERFORMANCE.md). The results are the same either way.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
-alive ones by every token, keeps the `2 × beam` best candidates, sends those ending in EOS (or at
-their sentence's maximum length) to the finished set, ranked by penalized score, and keeps the best
-`beam` others alive. The search ends early once no alive hypothesis of any sentence can still beat
-the worst of its sentence's `beam` finished ones: log-probabilities only fall as a hypothesis
-grows, so the best an alive one can reach is its log-probability over the largest penalty still
-possible. Stopping then loses nothing that running to the maximum length would have found; the
-search itself is still a beam search, which never scores an EOS ending outside a step's `2 × beam`
-candidates. When only the best `exact_hypotheses` of each sentence are wanted (1 for a
-translation), a sentence stops as soon as no alive hypothesis can beat the `exact_hypotheses`-th
-finished one: those come out as the full search gives them, sooner.
+alive ones by every token, keeps the `2 × beam` best candidates (each alive one's best `2 × beam`
+tokens hold them: only those are ranked, not `beam × vocab`), sends those ending in EOS (or at their
+sentence's maximum length) to the finished set, ranked by penalized score, and keeps the best `beam`
+others alive. The search ends early once no alive hypothesis of any sentence can still beat the
+worst of its sentence's `beam` finished ones: log-probabilities only fall as a hypothesis grows, so
+the best an alive one can reach is its log-probability over the largest penalty still possible.
+Stopping then loses nothing that running to the maximum length would have found; the search itself
+is still a beam search, which never scores an EOS ending outside a step's `2 × beam` candidates.
+When only the best `exact_hypotheses` of each sentence are wanted (1 for a translation), a sentence
+stops as soon as no alive hypothesis can beat the `exact_hypotheses`-th finished one: those come out
+as the full search gives them, sooner.
 
 Example:
 >>> import tensorflow as tf
@@ -379,6 +380,7 @@ def _expand(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
+    # One pass over the vocabulary for the bans: a `[vocab]` bias, all but min_length's constant.
     logits = tf.cast(logits, tf.float32) + disallowed(vocab_size, step)
     top_log_probs, parents, tokens = _best_candidates(
         logits, state.alive_log_probs, beam_size, vocab_size
