@@ -32,16 +32,17 @@ done, which on real batches is two to three times the hypothesis-steps needed
 (docs/PERFORMANCE.md). The results are the same either way.
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
-alive ones by every token, keeps the `2 × beam` best candidates, sends those ending in EOS (or at
-their sentence's maximum length) to the finished set, ranked by penalized score, and keeps the best
-`beam` others alive. The search ends early once no alive hypothesis of any sentence can still beat
-the worst of its sentence's `beam` finished ones: log-probabilities only fall as a hypothesis
-grows, so the best an alive one can reach is its log-probability over the largest penalty still
-possible. Stopping then loses nothing that running to the maximum length would have found; the
-search itself is still a beam search, which never scores an EOS ending outside a step's `2 × beam`
-candidates. When only the best `exact_hypotheses` of each sentence are wanted (1 for a
-translation), a sentence stops as soon as no alive hypothesis can beat the `exact_hypotheses`-th
-finished one: those come out as the full search gives them, sooner.
+alive ones by every token, keeps the `2 × beam` best candidates (each alive one's best `2 × beam`
+tokens hold them: only those are ranked, not `beam × vocab`), sends those ending in EOS (or at their
+sentence's maximum length) to the finished set, ranked by penalized score, and keeps the best `beam`
+others alive. The search ends early once no alive hypothesis of any sentence can still beat the
+worst of its sentence's `beam` finished ones: log-probabilities only fall as a hypothesis grows, so
+the best an alive one can reach is its log-probability over the largest penalty still possible.
+Stopping then loses nothing that running to the maximum length would have found; the search itself
+is still a beam search, which never scores an EOS ending outside a step's `2 × beam` candidates.
+When only the best `exact_hypotheses` of each sentence are wanted (1 for a translation), a sentence
+stops as soon as no alive hypothesis can beat the `exact_hypotheses`-th finished one: those come out
+as the full search gives them, sooner.
 
 Example:
 >>> import tensorflow as tf
@@ -87,6 +88,15 @@ def without_early_eos(scores, step, min_length, eos_id=EOS_ID, vocab_axis=-1):
     if isinstance(min_length, int) and min_length == 0:
         return scores
     return without_tokens(scores, (eos_id,), vocab_axis, when=step < min_length)
+
+
+def token_bias(vocab_size, token_ids):
+    """float32 `[vocab]`: `NEG_INF` at `token_ids`, 0 elsewhere. Added to logits, it keeps
+    those tokens from being chosen and out of a log-softmax's normalization."""
+    if not token_ids:
+        return tf.zeros([vocab_size])
+    ids = sorted(set(token_ids))
+    return tf.scatter_nd(tf.constant(ids)[:, None], tf.fill([len(ids)], NEG_INF), [vocab_size])
 
 
 def length_penalty(length, alpha):
@@ -260,11 +270,14 @@ def beam_search(
     max_lengths = tf.minimum(tf.cast(max_lengths, tf.int32), max_decode_length)
     state = _initial_state(initial_ids, beam_size, max_decode_length)
 
-    def allowed(logits, step):  # never the banned tokens; no EOS before `min_length` tokens
-        return without_early_eos(without_tokens(logits, banned_ids), step, min_length, eos_id)
+    def disallowed(vocab_size, step):  # never the banned tokens; no EOS before `min_length`
+        bias = token_bias(vocab_size, banned_ids)
+        if isinstance(min_length, int) and min_length == 0:
+            return bias
+        return bias + tf.where(step < min_length, token_bias(vocab_size, (eos_id,)), 0.0)
 
     expand = functools.partial(
-        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes
+        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes
     )
     is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
     if compact:
@@ -358,27 +371,20 @@ def _initial_state(initial_ids, beam_size, max_decode_length):
 
 
 def _expand(
-    symbols_to_logits_fn, beam_size, alpha, eos_id, allowed, position_axes, state, max_lengths
+    symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes, state, max_lengths
 ):
     """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
     those that end to the finished set and keeps the best `beam` others alive."""
     step = state.step
-    batch_size = tf.shape(state.alive_log_probs)[0]
     logits, cache = symbols_to_logits_fn(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    log_probs = tf.nn.log_softmax(allowed(tf.cast(logits, tf.float32), step))
-    log_probs = tf.reshape(log_probs, [batch_size, beam_size, vocab_size])
-    candidates = tf.reshape(
-        state.alive_log_probs[:, :, None] + log_probs, [batch_size, beam_size * vocab_size]
+    # One pass over the vocabulary for the bans: a `[vocab]` bias, all but min_length's constant.
+    logits = tf.cast(logits, tf.float32) + disallowed(vocab_size, step)
+    top_log_probs, parents, tokens = _best_candidates(
+        logits, state.alive_log_probs, beam_size, vocab_size
     )
-    if isinstance(vocab_size, int) and isinstance(beam_size, int):
-        candidate_count = min(2 * beam_size, beam_size * vocab_size)  # static, for XLA
-    else:
-        candidate_count = tf.minimum(2 * beam_size, beam_size * vocab_size)
-    top_log_probs, top_indices = tf.math.top_k(candidates, k=candidate_count)
-    parents, tokens = top_indices // vocab_size, top_indices % vocab_size
     ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)
 
     length = step + 1
@@ -409,6 +415,36 @@ def _expand(
         finished_lengths=merge_finished(state.finished_lengths, tf.fill(tf.shape(tokens), length)),
         cache=cache,
     )
+
+
+def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
+    """The `2 × beam` most probable extensions of each sentence's alive hypotheses.
+
+    A candidate's log-probability is its parent's (`alive_log_probs`, `[batch, beam]`) plus its
+    token's log-softmax over the parent's row of `logits` (`[batch * beam, vocab]`). The
+    parent's is the same for every token of a row, so a sentence's best candidates are among
+    each of its rows' `2 × beam` best tokens (ties go to the lower token, as over the whole
+    sentence): the parents' log-probabilities are added to those alone, and the `2 × beam` best
+    of a sentence come from its `beam × 2 × beam` of them, not from `beam × vocab`.
+
+    Returns:
+        log-probabilities float32 `[batch, 2 × beam]`, best first; the parent of each, int32
+        `[batch, 2 × beam]` (an index into the beam); and its token, int32 `[batch, 2 × beam]`.
+    """
+    batch_size = tf.shape(alive_log_probs)[0]
+    # min(2 × beam, beam × vocab) candidates in all, as over whole rows; static for XLA.
+    smaller = min if isinstance(vocab_size, int) and isinstance(beam_size, int) else tf.minimum
+    row_count = smaller(2 * beam_size, vocab_size)
+    row_log_probs, row_tokens = tf.math.top_k(tf.nn.log_softmax(logits), k=row_count)
+    candidates = alive_log_probs[:, :, None] + tf.reshape(
+        row_log_probs, [batch_size, beam_size, row_count]
+    )
+    top_log_probs, picks = tf.math.top_k(
+        tf.reshape(candidates, [batch_size, beam_size * row_count]),
+        k=smaller(2 * beam_size, beam_size * row_count),
+    )
+    tokens = _gather_hypotheses(tf.reshape(row_tokens, [batch_size, -1]), picks)
+    return top_log_probs, picks // row_count, tokens
 
 
 def _open_sentences(state: BeamSearchState, max_lengths, alpha, exact):

@@ -114,6 +114,36 @@ def test_min_length_holds_eos_back_and_normalizes_without_it():
     np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
 
 
+@pytest.mark.parametrize(
+    "batch_size, beam_size, vocab_size, banned",
+    [(3, 4, 50, (PAD_ID, BOS_ID, EOS_ID)), (2, 2, 3, ()), (2, 3, 1, ())],
+)
+def test_candidates_from_each_rows_best_logits_are_those_of_the_full_log_softmax(
+    batch_size, beam_size, vocab_size, banned
+):
+    # Distinct logits and parent log-probabilities: no two candidates tie.
+    rng = np.random.default_rng(3)
+    rows = batch_size * beam_size
+    logits = rng.permutation(rows * vocab_size).reshape(rows, vocab_size) / 7.0
+    alive_log_probs = -rng.permutation(rows).reshape(batch_size, beam_size) / 3.0
+    # The step before: the banned tokens out of the normalization, every parent plus every token
+    # ranked over the whole sentence.
+    allowed = np.where(np.isin(np.arange(vocab_size), banned), -np.inf, logits)
+    log_softmax = allowed - np.log(np.exp(allowed).sum(axis=1, keepdims=True))
+    every = (alive_log_probs[:, :, None] + log_softmax.reshape(batch_size, beam_size, -1)).reshape(
+        batch_size, -1
+    )
+    best = np.argsort(-every, axis=1, kind="stable")[:, : min(2 * beam_size, every.shape[1])]
+
+    biased = tf.constant(logits, tf.float32) + beam_search_module.token_bias(vocab_size, banned)
+    log_probs, parents, tokens = beam_search_module._best_candidates(
+        biased, tf.constant(alive_log_probs, tf.float32), beam_size, vocab_size
+    )
+    np.testing.assert_array_equal(parents.numpy(), best // vocab_size)
+    np.testing.assert_array_equal(tokens.numpy(), best % vocab_size)
+    np.testing.assert_allclose(log_probs.numpy(), np.take_along_axis(every, best, 1), rtol=1e-5)
+
+
 @pytest.mark.parametrize("compact", [False, True])
 def test_min_length_at_the_limit_makes_every_hypothesis_that_long(model, compact):
     source, extra = padded(SOURCES), 6
