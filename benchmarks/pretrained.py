@@ -490,8 +490,8 @@ def profile(args, workdir: Path):
     from profile_step import op_times
 
     args.engines = ["keras"]
+    tensorflow_threads(args.threads)  # before `prepare_models`' import starts TensorFlow
     paths, sources_path = prepare_models(args, workdir)
-    tensorflow_threads(args.threads)
     import tensorflow as tf
 
     from keras_transformer.decoding.translator import load_run, pad_to_bucket
