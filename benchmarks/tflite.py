@@ -1,6 +1,6 @@
 """TFLite (LiteRT) exports: size and quality of float32, dynamic-range int8 and float16 weights.
 
-Table: docs/PERFORMANCE.md#tflite-sizes.
+Table: docs/PRETRAINED.md#tflite-sizes.
 
 For each run, exports `export --format tflite` three times (`--quantize` none, `dynamic`,
 `float16`) with one search fixed in the model, and translates Multi30k test_2016_flickr one
