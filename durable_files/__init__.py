@@ -12,6 +12,7 @@ import `keras_transformer`) and `keras_transformer` use it, and importing it loa
 import contextlib
 import errno
 import os
+import shutil
 from pathlib import Path
 
 
@@ -35,6 +36,11 @@ def write_atomically(path, write) -> None:
         if isinstance(error, OSError):
             raise write_error(path, error) from error
         raise
+
+
+def copy_atomically(source, target) -> None:
+    """Copies the file `source` to `target` through `write_atomically`."""
+    write_atomically(target, lambda partial: shutil.copyfile(source, partial))
 
 
 class WriteError(RuntimeError):

@@ -38,13 +38,12 @@ import json
 import logging
 import os
 import re
-import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-from durable_files import hold_lock, write_atomically
+from durable_files import copy_atomically, hold_lock, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
 from keras_transformer.errors import KerasTransformerError
@@ -346,10 +345,6 @@ def adopt_tokenizer(run_dir, source_dir):
                 f"{held} is not {source}: the run holds another vocabulary, which its weights "
                 "or data index; start a new run with another output"
             )
-
-
-def copy_atomically(source, target):
-    write_atomically(target, lambda partial: shutil.copyfile(source, partial))
 
 
 # -- the subword vocabulary -----------------------------------------------------------------

@@ -27,7 +27,7 @@ import re
 import shutil
 from pathlib import Path
 
-from durable_files import sync_to_disk, write_atomically
+from durable_files import copy_atomically, sync_to_disk
 from keras_transformer import run_directory
 from keras_transformer.config import ConfigError
 from keras_transformer.errors import KerasTransformerError
@@ -91,9 +91,7 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
         run_directory.write_settings(partial, {k: v for k, v in settings.items() if v})
         run_directory.save_weights_atomically(model, partial / run_directory.FINAL_WEIGHTS)
         for name in (SOURCE_SPM, TARGET_SPM):
-            write_atomically(
-                partial / name, lambda path, name=name: shutil.copyfile(directory / name, path)
-            )
+            copy_atomically(directory / name, partial / name)
         marian_ids = {piece: i for i, piece in enumerate(checkpoint.vocabulary)}
         text = json.dumps(marian_ids, ensure_ascii=False)
         run_directory.write_text_atomically(partial / run_directory.MARIAN_VOCABULARY_JSON, text)

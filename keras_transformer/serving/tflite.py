@@ -26,13 +26,12 @@ Example (needs a trained run, so not run as a doctest)::
 import contextlib
 import json
 import logging
-import shutil
 import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 
-from durable_files import write_atomically
+from durable_files import copy_atomically, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
 from keras_transformer.search_settings import SearchSettings
@@ -189,7 +188,7 @@ def write_tokenizer_files(tokenizer, directory, source_length):
 def _copy_asset(asset, directory) -> str:
     """Copies a tokenizer's `tf.saved_model.Asset` into `directory`; returns its file name."""
     source = Path(asset.asset_path.numpy().decode())
-    write_atomically(directory / source.name, lambda partial: shutil.copyfile(source, partial))
+    copy_atomically(source, directory / source.name)
     return source.name
 
 
