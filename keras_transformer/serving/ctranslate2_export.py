@@ -65,7 +65,7 @@ from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 from keras_transformer.config import ConfigError
 from keras_transformer.decoding.search import NEVER_GENERATED
 from keras_transformer.model import Transformer
-from keras_transformer.pretrained.marian import VOCAB_FILE
+from keras_transformer.run_directory import MARIAN_VOCABULARY_JSON
 from pipelines.marian_tokenizer import SOURCE_MODEL, TARGET_MODEL
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -207,7 +207,7 @@ class KerasTransformerConverter(Converter):
 def marian_order(tokenizer, pieces) -> list[int]:
     """Our ids of an imported Marian model's pieces, in Marian's id order (its `vocab.json`,
     which the run keeps beside our `vocabulary.txt`)."""
-    path = tokenizer.path.parent / VOCAB_FILE
+    path = tokenizer.path.parent / MARIAN_VOCABULARY_JSON
     if not path.is_file():
         raise CTranslate2ExportError(
             f"{path} not found: CTranslate2 numbers an imported Marian model's pieces in "
