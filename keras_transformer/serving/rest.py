@@ -7,6 +7,9 @@
   `{"b64": ...}`;
 - `GET /monitoring/prometheus/metrics`: the Prometheus metrics.
 
+Other APIs on the same port (LibreTranslate's, the web page) are `apps` of the server: each is
+asked first, with a `Request`, and answers with a `Reply`, or None when the request is not its.
+
 A version label (`/labels/L`) is never assigned here, so it is not found. Errors are
 `{"error": "..."}` with the status of `errors.ServingError`. Bodies are read by Content-Length or
 chunked transfer encoding, up to a size limit; a client that stalls mid-request is dropped after
@@ -18,8 +21,12 @@ import binascii
 import json
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.message import Message
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 from google.protobuf import json_format
@@ -34,6 +41,38 @@ ROUTE = re.compile(
     r"(?:/versions/(?P<version>[0-9]+)|/labels/(?P<label>[^/:]+))?"
     r"(?P<verb>:predict|/metadata)?$"
 )
+
+
+@dataclass
+class Request:
+    """One HTTP request as an app sees it; `body()` reads the body (size-limited) once."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: Message
+    client: str
+    read_body: Callable[[], bytes]
+    _body: bytes | None = None
+
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = self.read_body()
+        return self._body
+
+
+@dataclass
+class Reply:
+    """An app's answer: status, body, its content type, and any other headers."""
+
+    status: HTTPStatus
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def json(cls, value, status=HTTPStatus.OK, headers=None) -> "Reply":
+        return cls(status, json.dumps(value).encode("utf-8"), headers=headers or {})
 
 
 def _from_json(value):
@@ -143,10 +182,12 @@ def handler_class(server):
         def log_message(self, format, *args):  # route the access log to logging
             logger.debug("%s %s", self.address_string(), format % args)
 
-        def _reply(self, status, data: bytes, content_type="application/json"):
+        def _reply(self, status, data: bytes, content_type="application/json", headers=None):
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()
@@ -242,8 +283,25 @@ def handler_class(server):
             with server.replying():
                 self._answer(method)
 
+        def _request(self, method) -> Request:
+            url = urlsplit(self.path)
+            return Request(
+                method,
+                url.path,
+                parse_qs(url.query),
+                self.headers,
+                self.client_address[0],
+                self._body,
+            )
+
         def _answer(self, method):
             try:
+                request = self._request(method)
+                for app in server.apps:
+                    reply = app(request)
+                    if reply is not None:
+                        self._reply(reply.status, reply.body, reply.content_type, reply.headers)
+                        return
                 data, content_type = self._route(method)
                 self._reply(HTTPStatus.OK, data, content_type)
             except ServingError as error:
@@ -262,6 +320,9 @@ def handler_class(server):
 
         def do_POST(self):
             self._serve("POST")
+
+        def do_OPTIONS(self):
+            self._serve("OPTIONS")
 
     return Handler
 

@@ -53,6 +53,8 @@ class ModelServer:
     `rest_api_timeout_in_ms` is a REST request's deadline (TF Serving's flag of that name);
     a gRPC request's is its RPC's. `socket_timeout_s`: how long a REST connection may stall.
     `poll_seconds`: how often the base path is looked at for new versions (None: never).
+    `apps`: other APIs on the REST port (`rest.Request` -> `rest.Reply` or None), asked in turn
+    before TF Serving's routes; append to it before `start()`.
 
     Example (not run as a doctest: it binds ports)::
 
@@ -81,6 +83,7 @@ class ModelServer:
         self.socket_timeout_s = socket_timeout_s
         self.poll_seconds = poll_seconds
         self.metrics = ServingMetrics()
+        self.apps: list = []
         self.scheduler = BatchScheduler(batching or BatchingParameters(), self.metrics)
         self._in_flight = 0
         self._replies_open = 0
