@@ -3,7 +3,8 @@
 
 The markup is found by the shapes of HTML's tokens (WHATWG HTML §13.1: `<name ...>`,
 `</name>`, `<!-- ... -->`, `<!...>`, `<?...>`), not by a parser that builds a tree, so
-unbalanced or unclosed tags change nothing: a `<` that opens no tag is text. The text of
+unbalanced or unclosed tags change nothing: a `<` that opens no tag (`a < b`) is text, and a tag
+left open at the end is kept as markup. The text of
 elements whose content is not prose (`RAW_TEXT`: `<script>`, `<style>`, `<code>`) is kept.
 Each text node is unescaped (`&amp;` → `&`), split into `sentences.Piece`s, and its
 translations escaped again when the pieces are joined (`join`).
@@ -23,7 +24,14 @@ from collections.abc import Iterable
 from keras_transformer.serving import sentences
 from keras_transformer.serving.sentences import Piece
 
-MARKUP = re.compile(r"<!--.*?(?:-->|\Z)|<[!?][^>]*>|</?[A-Za-z][^>]*>", re.DOTALL)
+# A comment, a declaration or processing instruction, or a tag (whose quoted attribute values
+# may hold ">"); one left open runs to the end of the text, as browsers read it (and so no text
+# is scanned twice).
+MARKUP = re.compile(
+    r"<!--.*?(?:-->|\Z)|<[!?][^>]*(?:>|\Z)"
+    r"|</?[A-Za-z](?:[^>\"']|\"[^\"]*(?:\"|\Z)|'[^']*(?:'|\Z))*(?:>|\Z)",
+    re.DOTALL,
+)
 TAG_NAME = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)")
 RAW_TEXT = frozenset({"script", "style", "code"})
 
