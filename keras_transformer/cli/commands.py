@@ -269,6 +269,7 @@ def export(args):
 def serve(args):
     """TF-Serving-compatible REST and gRPC endpoint over an export base path"""
     from keras_transformer.serving.batching import BatchingParameters
+    from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
     from keras_transformer.serving.limits import Limits
     from keras_transformer.serving.server import ModelServer, ServedModel
 
@@ -290,6 +291,7 @@ def serve(args):
         ).start()
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
+    LibreTranslate.add_to(server, LibreTranslateSettings(**fields_of(args, LibreTranslateSettings)))
     print(
         f"serving {args.model_name} v{model.version}: "
         f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "

@@ -38,6 +38,7 @@ from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving import html_text, sentences
 from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
@@ -105,6 +106,11 @@ class LibreTranslateSettings:
     batch_limit: int = field(
         default=-1, metadata={"help": "texts of one LibreTranslate q list (-1: any)"}
     )
+
+    def __post_init__(self):
+        for name in ("req_limit", "char_limit", "batch_limit"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{name} {getattr(self, name)} is below -1 (no limit)")
 
 
 class LibreTranslateError(Exception):
@@ -175,7 +181,22 @@ class LibreTranslate:
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else {}
         self.limiter = RateLimiter()
         self.identifier = LanguageIdentifier()
-        language_name("en")  # without the libretranslate extra, fails here, not on a request
+        try:  # without the libretranslate extra, fail here, not on a request
+            language_name("en")
+        except ModuleNotFoundError as error:
+            raise ConfigError(f"{error}, or set libretranslate off") from None
+
+    @classmethod
+    def add_to(cls, server, settings: LibreTranslateSettings):
+        """Serves the API on `server`'s REST port, unless `settings.libretranslate` is off; a
+        setting that cannot be used stops the server and raises ConfigError."""
+        if not settings.libretranslate:
+            return
+        try:
+            server.apps.append(cls(server, settings))
+        except ConfigError:
+            server.stop()
+            raise
 
     def __call__(self, request: Request) -> Reply | None:
         method = METHODS.get(request.path)
