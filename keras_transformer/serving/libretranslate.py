@@ -204,9 +204,7 @@ class LibreTranslate:
             return None
         try:
             reply = self._answer(request, method)
-        except LibreTranslateError as error:
-            reply = Reply.json({"error": str(error)}, error.status)
-        except ServingError as error:
+        except (LibreTranslateError, ServingError) as error:
             reply = Reply.json({"error": str(error)}, error.status)
         except Exception as error:  # still an answer a browser page can read
             logger.exception("LibreTranslate request failed")
@@ -216,15 +214,15 @@ class LibreTranslate:
         return reply
 
     def _answer(self, request: Request, method: str) -> Reply:
-        params, is_json = parameters(request)  # read whatever the method: the body is consumed
+        request.body()  # whatever the route: a body left unread would be taken as a request
+        allow = {"Allow": f"{method}, OPTIONS"}
         if request.method == "OPTIONS":
-            return Reply(HTTPStatus.OK, b"", "text/plain", {"Allow": f"{method}, OPTIONS"})
+            return Reply(HTTPStatus.OK, b"", "text/plain", allow)
         if request.method != method:
-            reply = Reply.json({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED)
-            reply.headers["Allow"] = f"{method}, OPTIONS"
-            return reply
-        if request.path == "/languages":
+            return Reply.json({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
+        if request.path == "/languages":  # not counted, as LibreTranslate's is not
             return Reply.json(self.languages())
+        params, is_json = parameters(request)
         key = self._access(params, request.client)
         if request.path == "/detect":
             return Reply.json(self.detect(params))
@@ -236,7 +234,7 @@ class LibreTranslate:
         """The limits of the request's API key (the server's without one); refuses an unknown
         key (403), a missing one where keys are required (400), and a request over its rate
         limit (429)."""
-        given = params.get("api_key") or None
+        given = str(params["api_key"]) if params.get("api_key") else None
         if given is not None and self.api_keys and given not in self.api_keys:
             raise LibreTranslateError(HTTPStatus.FORBIDDEN, "Invalid API key")
         if given is None and self.settings.require_api_key:
