@@ -40,7 +40,7 @@ def _langcodes():
     return langcodes
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # codes come from requests: bounded
 def public_code(code: str) -> str:
     """`code` as LibreTranslate's API writes it (ISO 639-1 where there is one)."""
     if code.lower() in ALIASES:
@@ -51,7 +51,7 @@ def public_code(code: str) -> str:
     return ALIASES.get(tag, tag)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)
 def language_name(code: str) -> str:
     """The English name of language `code`."""
     return _langcodes().Language.get(code).display_name()
