@@ -1,6 +1,7 @@
 """The LibreTranslate API's text handling, without a model: sentences and HTML text nodes split
 and joined back, API key files, rate limits, language codes and names, request bodies."""
 
+import sys
 from email.message import Message
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from keras_transformer.errors import ConfigError
 from keras_transformer.serving import html_text, sentences
 from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
-from keras_transformer.serving.language_id import LanguageIdentifier, public_code
+from keras_transformer.serving.language_id import DetectorMissing, LanguageIdentifier, public_code
 from keras_transformer.serving.libretranslate import (
     LibreTranslateError,
     filter_unique,
@@ -156,6 +157,13 @@ def test_detection_ranks_only_the_languages_asked_for():
     ranked = LanguageIdentifier().rank("Ein Hund läuft durch den Park.", ["en", "de"])
     assert [candidate["language"] for candidate in ranked] == ["de", "en"]
     assert sum(candidate["confidence"] for candidate in ranked) == pytest.approx(100, abs=1)
+
+
+def test_without_the_detect_extra_detection_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "py3langid.langid", None)
+    with pytest.raises(DetectorMissing, match=r"keras-transformer\[detect\]"):
+        LanguageIdentifier().rank("A dog runs.", ["en"])
 
 
 def test_alternatives_are_unique_and_leave_out_the_translation():
