@@ -14,9 +14,10 @@ from libretranslatepy import LibreTranslateAPI
 
 from keras_transformer.serving.layout import MODEL_INFO
 from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
+from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.server import ModelServer, ServedModel
+from keras_transformer.serving.server import ModelServer
 
 pytestmark = pytest.mark.slow  # exports and serves two models
 
