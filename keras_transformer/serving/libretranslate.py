@@ -295,39 +295,40 @@ class LibreTranslate:
         if not is_json:  # a form's line ends as LibreTranslate counts them: LF only
             texts = ["\n".join(text.splitlines()) for text in texts]
         self._check_sizes(texts, isinstance(q, list), key)
+        route, detected = self._route(source, target, texts)
+        text_format = params.get("format") or "text"
+        if text_format not in ("text", "html"):
+            raise invalid(f"{text_format} format is not supported")
+        translated, other = self._translated(route, texts, text_format == "html", alternatives)
+        one = not isinstance(q, list)  # a list q has a list of each
+        result = {"translatedText": translated[0] if one else translated}
+        if detected is not None:
+            result["detectedLanguage"] = detected if one else [detected] * len(texts)
+        if alternatives:
+            result["alternatives"] = other[0] if one else other
+        return result
+
+    def _route(self, source, target, texts) -> tuple[Route, dict | None]:
+        """The route of a request's languages, and the language detected (`source: auto`)."""
         pairs = routes(self.server.models.available())
+        detected = None
         if source == "auto":
             detected = self._rank("\n".join(texts), pairs)[0]
             source_code = detected["language"]
         else:
-            detected = None
             source_code = requested_code(str(source), {s for s, _ in pairs})
             if source_code is None:
                 raise invalid(f"{str(source).lower()} is not supported")
         target_code = requested_code(str(target), {code for pair in pairs for code in pair})
         if target_code is None:
             raise invalid(f"{str(target).lower()} is not supported")
-        text_format = params.get("format") or "text"
-        if text_format not in ("text", "html"):
-            raise invalid(f"{text_format} format is not supported")
         route = pairs.get((source_code, target_code))
         if route is None:
             raise invalid(
                 f"{language_name(target_code)} ({target_code}) is not available as a target "
                 f"language from {language_name(source_code)} ({source_code})"
             )
-        translated, other = self._translated(route, texts, text_format == "html", alternatives)
-        if not isinstance(q, list):
-            translated, other = translated[0], other[0]
-            detected_language = detected
-        else:
-            detected_language = None if detected is None else [detected] * len(texts)
-        result = {"translatedText": translated}
-        if detected_language is not None:
-            result["detectedLanguage"] = detected_language
-        if alternatives:
-            result["alternatives"] = other
-        return result
+        return route, detected
 
     def _check_sizes(self, texts, is_list, key: ApiKey):
         if is_list and 0 <= self.settings.batch_limit < len(texts):

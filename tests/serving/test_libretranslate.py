@@ -193,6 +193,11 @@ def test_alternatives_are_the_n_best_without_repeats(server):
             expected.append(text)
     body = {"q": "A dog runs.", "source": "en", "target": "de", "alternatives": 3}
     assert call(server, "/translate", body)[2] == {"translatedText": best, "alternatives": expected}
+    body["q"] = ["A dog runs.", "A dog runs."]
+    assert call(server, "/translate", body)[2] == {
+        "translatedText": [best, best],
+        "alternatives": [expected, expected],
+    }
     body["alternatives"] = 8
     assert call(server, "/translate", body)[::2] == (
         400,
