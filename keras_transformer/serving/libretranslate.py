@@ -111,6 +111,8 @@ class LibreTranslateSettings:
         for name in ("req_limit", "char_limit", "batch_limit"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{name} {getattr(self, name)} is below -1 (no limit)")
+        if self.require_api_key and self.api_keys is None:
+            raise ConfigError("require_api_key needs api_keys, the file of the keys accepted")
 
 
 class LibreTranslateError(Exception):
@@ -178,7 +180,8 @@ class LibreTranslate:
     def __init__(self, server, settings: LibreTranslateSettings = LibreTranslateSettings()):
         self.server = server
         self.settings = settings
-        self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else {}
+        # None: no keys file, and a key given is not looked at (LibreTranslate without --api-keys)
+        self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limiter = RateLimiter()
         self.identifier = LanguageIdentifier()
         try:  # without the libretranslate extra, fail here, not on a request
@@ -234,14 +237,15 @@ class LibreTranslate:
         """The limits of the request's API key (the server's without one); refuses an unknown
         key (403), a missing one where keys are required (400), and a request over its rate
         limit (429)."""
-        given = str(params["api_key"]) if params.get("api_key") else None
-        if given is not None and self.api_keys and given not in self.api_keys:
+        looked_at = self.api_keys is not None and params.get("api_key")
+        given = str(params["api_key"]) if looked_at else None
+        if given is not None and given not in self.api_keys:
             raise LibreTranslateError(HTTPStatus.FORBIDDEN, "Invalid API key")
         if given is None and self.settings.require_api_key:
             raise invalid("Please contact the server operator to get an API key")
-        key = self.api_keys.get(given, ApiKey()) if self.api_keys else ApiKey()
+        key = self.api_keys[given] if given is not None else ApiKey()
         limit = key.req_limit if key.req_limit >= 0 else self.settings.req_limit
-        counted = given if self.api_keys and given else client
+        counted = given if given is not None else client
         if not self.limiter.allow(counted, limit):
             raise LibreTranslateError(
                 HTTPStatus.TOO_MANY_REQUESTS, f"Slowdown: {limit} per 1 minute"

@@ -1,6 +1,7 @@
 """The LibreTranslate API's text handling, without a model: sentences and HTML text nodes split
 and joined back, API key files, rate limits, language codes and names, request bodies."""
 
+import json
 import sys
 from email.message import Message
 
@@ -11,7 +12,9 @@ from keras_transformer.serving import html_text, sentences
 from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
 from keras_transformer.serving.language_id import DetectorMissing, LanguageIdentifier, public_code
 from keras_transformer.serving.libretranslate import (
+    LibreTranslate,
     LibreTranslateError,
+    LibreTranslateSettings,
     filter_unique,
     parameters,
     requested_code,
@@ -170,11 +173,11 @@ def test_alternatives_are_unique_and_leave_out_the_translation():
     assert filter_unique(["b", "a", "", "b", "c"], "a") == ["b", "c"]
 
 
-def request(body: bytes, content_type=None, query=None) -> Request:
+def request(body: bytes, content_type=None, query=None, path="/translate") -> Request:
     headers = Message()
     if content_type:
         headers["Content-Type"] = content_type
-    return Request("POST", "/translate", query or {}, headers, "127.0.0.1", lambda: body)
+    return Request("POST", path, query or {}, headers, "127.0.0.1", lambda: body)
 
 
 def test_parameters_of_json_form_and_multipart_bodies():
@@ -210,3 +213,29 @@ def test_malformed_bodies_are_refused_in_words(body, content_type, message):
     with pytest.raises(LibreTranslateError, match=message) as refused:
         parameters(request(body, content_type))
     assert refused.value.status == 400
+
+
+def refusal(app, body) -> tuple:
+    """(status, error) of `app`'s answer to a JSON POST /detect of `body`."""
+    reply = app(request(json.dumps(body).encode(), "application/json", path="/detect"))
+    return reply.status, json.loads(reply.body)["error"]
+
+
+def test_api_keys_and_rate_limits_are_checked_before_anything_else(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# no key yet\n")
+    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys))  # refusals need no server
+    assert refusal(app, {"q": "Hi", "api_key": "any"}) == (403, "Invalid API key")
+    keys.write_text("good 1\n")
+    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys, require_api_key=True))
+    assert refusal(app, {"q": "Hi"}) == (
+        400,
+        "Please contact the server operator to get an API key",
+    )
+    # Let through, then refused for what follows the access check; then over its limit.
+    assert refusal(app, {"api_key": "good"}) == (400, "Invalid request: missing q parameter")
+    assert refusal(app, {"api_key": "good"}) == (429, "Slowdown: 1 per 1 minute")
+    with pytest.raises(ConfigError, match="require_api_key needs api_keys"):
+        LibreTranslateSettings(require_api_key=True)
+    with pytest.raises(ConfigError, match="req_limit -2 is below -1"):
+        LibreTranslateSettings(req_limit=-2)
