@@ -65,3 +65,11 @@ def test_a_request_within_the_limits_is_built(servable, monkeypatch):
     monkeypatch.setattr(servable_module, "np", np)
     arrays = servable.arrays("ids", {"source_ids": [[5, 6], [7, 8]]}, LIMITS)
     np.testing.assert_array_equal(arrays["source_ids"], [[5, 6], [7, 8]])
+
+
+@pytest.mark.parametrize("value", [2.5, 2.0, [1, 2.5], float("nan")])
+def test_a_number_with_a_decimal_point_is_no_integer(value):
+    """A cast would truncate 2.5 into 2; TensorFlow Serving's JSON reader refuses 2.0 too."""
+    with pytest.raises(ServingError, match="values of beam_size are integers"):
+        LIMITS.check_values("beam_size", np.asarray(value), tf.TensorSpec(None, tf.int32))
+    LIMITS.check_values("alpha", np.asarray(value), tf.TensorSpec(None, tf.float32))
