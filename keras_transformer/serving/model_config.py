@@ -76,21 +76,26 @@ class ModelsToServe:
     and the `serve` flags are generated from them."""
 
     model_name: str | None = field(
-        default=None, metadata={"help": "the model's name in requests (with --model-base-path)"}
+        default=None, metadata={"help": "the model's name in requests", "metavar": "NAME"}
     )
     model_base_path: Path | None = field(
-        default=None, metadata={"help": "its versions' directory: BASE/1/saved_model.pb, ..."}
+        default=None,
+        metadata={"help": "its versions' directory: BASE/1/saved_model.pb, ...", "metavar": "BASE"},
     )
     model_config_file: Path | None = field(
         default=None,
         metadata={
             "help": "TF Serving's model_config_list text proto: several models, each with its "
-            "version policy and labels (instead of --model-name and --model-base-path)"
+            "version policy and labels (instead of --model-name and --model-base-path)",
+            "metavar": "FILE",
         },
     )
     model_config_file_poll_wait_seconds: int = field(
         default=0,
-        metadata={"help": "how often the config file is read again for changes; 0: never"},
+        metadata={
+            "help": "how often the config file is read again for changes; 0: never",
+            "metavar": "SECONDS",
+        },
     )
 
     def __post_init__(self):

@@ -1,19 +1,23 @@
 """TensorFlow Serving's REST API over a `ModelServer`'s dispatch.
 
-- `GET /v1/models/NAME[/versions/V]`: each version's state (LOADING, AVAILABLE, UNLOADING, END);
+- `GET /v1/models/NAME[/versions/V | /labels/L]`: each version's state (LOADING, AVAILABLE,
+  UNLOADING, END);
 - `GET .../metadata`: the SignatureDefMap;
 - `POST .../NAME[/versions/V]:predict`: the row format (`"instances"` → `"predictions"`) or the
   columnar format (`"inputs"` → `"outputs"`) and `"signature_name"`; strings may be given as
   `{"b64": ...}`;
-- `GET /monitoring/prometheus/metrics`: the Prometheus metrics.
+- `GET /monitoring/prometheus/metrics`: the Prometheus metrics;
+- `GET /v1/models` (ours, not TF Serving's): every model and version, with its state, labels,
+  weight bytes and languages.
 
 Other APIs on the same port (LibreTranslate's, the web page) are `apps` of the server: each is
 asked first, with a `Request`, and answers with a `Reply`, or None when the request is not its.
 
-A version label (`/labels/L`) is never assigned here, so it is not found. Errors are
-`{"error": "..."}` with the status of `errors.ServingError`. Bodies are read by Content-Length or
-chunked transfer encoding, up to a size limit; a client that stalls mid-request is dropped after
-the socket timeout.
+A version label (`/labels/L`) is one of the model config's `version_labels`. Errors are
+`{"error": "..."}` with the status of `errors.ServingError`; a version in the path is an int64,
+as in TF Serving. Bodies are read by Content-Length or chunked transfer encoding, up to a size
+limit; a client that stalls mid-request is dropped after the socket timeout, and beyond
+`Limits.max_connections` connections at once a new one is answered 503 and closed.
 """
 
 import base64
@@ -21,6 +25,8 @@ import binascii
 import json
 import logging
 import re
+import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
@@ -35,6 +41,9 @@ from keras_transformer.serving.errors import ServingError, bad_request, not_foun
 from keras_transformer.serving.metrics import METRICS_PATH
 
 logger = logging.getLogger(__name__)
+
+MODELS_PATH = "/v1/models"
+INT64_MAX = 2**63 - 1
 
 ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
@@ -169,7 +178,16 @@ def metadata_reply(servable) -> dict:
 
 
 def _version(match):
-    return None if match["version"] is None else int(match["version"])
+    """The path's version: an int64, as TF Serving's; a longer number is refused before Python
+    converts it (past 4,300 digits its conversion raises)."""
+    text = match["version"]
+    if text is None:
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(INT64_MAX)) or int(digits) > INT64_MAX:
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+        raise bad_request(f"Failed to convert version: {shown} to numeric.")
+    return int(digits)
 
 
 def handler_class(server):
@@ -197,6 +215,8 @@ def handler_class(server):
             path = self.path.split("?")[0]
             if method == "GET" and path == METRICS_PATH:
                 return server.metrics.exposition(), "text/plain; version=0.0.4"
+            if method == "GET" and path.rstrip("/") == MODELS_PATH:
+                return json.dumps(server.models_reply()).encode("utf-8"), "application/json"
             match = ROUTE.match(path)
             if not match:
                 raise not_found(f"Malformed request: {method} {self.path}")
@@ -327,8 +347,52 @@ def handler_class(server):
     return Handler
 
 
+def _refusal() -> bytes:
+    body = b'{"error": "too many connections at once; try again later"}'
+    head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    head += f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode("ascii") + body
+
+
 class QueueingHTTPServer(ThreadingHTTPServer):
-    """A thread a connection; connections wait in the backlog rather than being refused."""
+    """A thread a connection, `max_connections` at most: beyond them, a connection is answered
+    503 and closed by the accepting thread, which starts no thread for it. Connections not yet
+    accepted wait in the backlog."""
 
     daemon_threads = True
     request_queue_size = 256
+
+    def __init__(self, address, handler, max_connections: int):
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self._connections = 0
+        self._counting = threading.Lock()
+
+    def process_request(self, request, client_address):
+        with self._counting:
+            refused = self._connections >= self.max_connections
+            self._connections += not refused
+        if refused:
+            self._refuse(request)
+        else:
+            super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._counting:
+                self._connections -= 1
+
+    def _refuse(self, request):
+        """Answers 503 without blocking: what the client sent already is read (an unread
+        byte would turn the close into a reset that can lose the reply), then closed."""
+        request.setblocking(False)
+        try:
+            request.sendall(_refusal())
+            request.shutdown(socket.SHUT_WR)
+            while request.recv(65536):
+                pass
+        except OSError:  # the client went, or has sent more than is here yet
+            pass
+        self.shutdown_request(request)
