@@ -164,7 +164,7 @@ class ServedModel:
     def _try_load(self, version: int, directory: Path | None) -> bool:
         if directory is None:
             return False
-        if version in self.versions and not self._retry_due(version):
+        if version in self._failed_loads and not self._retry_due(version):
             return False  # failed: END until its retry is due, or for good
         reason = incomplete(directory)
         if reason:
