@@ -38,6 +38,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from keras_transformer.serving.errors import ServingError, bad_request, not_found, too_large
+from keras_transformer.serving.lifecycle import model_info, weight_bytes
 from keras_transformer.serving.metrics import METRICS_PATH
 
 logger = logging.getLogger(__name__)
@@ -177,6 +178,29 @@ def metadata_reply(servable) -> dict:
     }
 
 
+def models_reply(models) -> dict:
+    """`GET /v1/models` (ours, not TF Serving's): each of `models` (`ServedModel`s), each
+    version's state, labels, weight bytes and languages."""
+    return {
+        "models": [
+            {"name": model.name, "versions": [_version_entry(model, s) for s in model.status()]}
+            for model in models
+        ]
+    }
+
+
+def _version_entry(model, servable) -> dict:
+    info = model_info(servable)
+    return {
+        "version": servable.version,
+        "state": servable.state,
+        "labels": model.labels_of(servable.version),
+        "weight_bytes": weight_bytes(servable),
+        "source_language": info.get("source_language"),
+        "target_language": info.get("target_language"),
+    }
+
+
 def _version(match):
     """The path's version: an int64, as TF Serving's; a longer number is refused before Python
     converts it (past 4,300 digits its conversion raises)."""
@@ -216,7 +240,8 @@ def handler_class(server):
             if method == "GET" and path == METRICS_PATH:
                 return server.metrics.exposition(), "text/plain; version=0.0.4"
             if method == "GET" and path.rstrip("/") == MODELS_PATH:
-                return json.dumps(server.models_reply()).encode("utf-8"), "application/json"
+                reply = models_reply(server.models.all())
+                return json.dumps(reply).encode("utf-8"), "application/json"
             match = ROUTE.match(path)
             if not match:
                 raise not_found(f"Malformed request: {method} {self.path}")
@@ -393,6 +418,6 @@ class QueueingHTTPServer(ThreadingHTTPServer):
             request.shutdown(socket.SHUT_WR)
             while request.recv(65536):
                 pass
-        except OSError:  # the client went, or has sent more than is here yet
+        except OSError:  # nothing more to read yet, or the client has gone
             pass
         self.shutdown_request(request)

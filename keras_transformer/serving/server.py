@@ -3,8 +3,7 @@
 TensorFlow Serving's own binary cannot be installed everywhere (not on this project's CPU
 machines), so `keras-transformer serve` answers the same requests over the same directory layout
 (`<base>/<version>/`), for one model or the models of a model config file, for local use and
-tests. In production, the stock container serves the
-same directory unchanged:
+tests. In production, the stock container serves the same directory unchanged:
 
     docker run -p 8500:8500 -p 8501:8501 \\
         -v "$PWD/saved_models/m30k-ende:/models/m30k-ende" -e MODEL_NAME=m30k-ende \\
@@ -41,7 +40,7 @@ from keras_transformer.errors import KerasTransformerError
 from keras_transformer.serving import grpc_service, rest
 from keras_transformer.serving.batching import BatchingParameters, BatchScheduler, Task, batch_key
 from keras_transformer.serving.errors import ServingError, deadline_exceeded, unavailable
-from keras_transformer.serving.lifecycle import model_info, weight_bytes
+from keras_transformer.serving.lifecycle import weight_bytes
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.model_manager import ModelManager
@@ -227,19 +226,6 @@ class ModelServer:
     def metadata(self, name, version=None, label=None) -> dict:
         return rest.metadata_reply(self.metadata_servable(name, version, label))
 
-    def models_reply(self) -> dict:
-        """`GET /v1/models` (ours, not TF Serving's): every model, each version's state, labels,
-        weight bytes and languages."""
-        return {
-            "models": [
-                {
-                    "name": model.name,
-                    "versions": [_version_entry(model, s) for s in model.status()],
-                }
-                for model in self.models.all()
-            ]
-        }
-
     def _weight_bytes(self):
         """(model, version, bytes of its weights) of each AVAILABLE version, for the metrics."""
         return [
@@ -293,18 +279,6 @@ class ModelServer:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-
-
-def _version_entry(model, servable) -> dict:
-    info = model_info(servable)
-    return {
-        "version": servable.version,
-        "state": servable.state,
-        "labels": model.labels_of(servable.version),
-        "weight_bytes": weight_bytes(servable),
-        "source_language": info.get("source_language"),
-        "target_language": info.get("target_language"),
-    }
 
 
 class ServerThreadError(KerasTransformerError, RuntimeError):

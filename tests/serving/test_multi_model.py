@@ -22,7 +22,7 @@ from durable_files import write_atomically
 from keras_transformer import cli
 from keras_transformer.serving.batching import BatchingParameters
 from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.model_config import All, Latest, Specific
+from keras_transformer.serving.model_config import All, Latest, ModelsToServe, Specific
 from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.server import ModelServer
 from waiting import wait_until
@@ -66,7 +66,8 @@ def write_config(path, base, second):
 def server(base):
     config = base / "models.config"
     write_config(config, base, "enfr")
-    server = ModelServer(ModelManager.from_config_file(config), rest_port=0, grpc_port=0)
+    models = ModelManager.to_serve(ModelsToServe(model_config_file=config))  # as `serve` does
+    server = ModelServer(models, rest_port=0, grpc_port=0)
     yield server.start()
     server.stop()
 
