@@ -5,18 +5,15 @@ a bad config that keeps the last good one.
 
 The models are the session's tiny export copied to more base paths (no export of their own)."""
 
-import json
 import logging
 import shutil
 import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from durable_files import write_atomically
 from keras_transformer import cli
@@ -25,6 +22,7 @@ from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.model_config import All, Latest, ModelsToServe, Specific
 from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.server import ModelServer
+from serving_clients import http, predict_request
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # loads several SavedModel versions
@@ -72,29 +70,12 @@ def server(base):
     server.stop()
 
 
-def http(server, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{server.rest_port}{path}", data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def translate(server, name, where=""):
     return http(server, f"/v1/models/{name}{where}:predict", {"instances": ["A dog runs."]})
 
 
 def grpc_predict(server, name, **spec):
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = name
-    for field, value in spec.items():
-        if field == "version":
-            request.model_spec.version.value = value
-        else:
-            setattr(request.model_spec, field, value)
-    request.inputs["text"].CopyFrom(tf.make_tensor_proto(["A dog runs."]))
+    request = predict_request(name, {"text": tf.make_tensor_proto(["A dog runs."])}, **spec)
     channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
     return prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=120)
 

@@ -29,6 +29,7 @@ from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.server import ModelServer
+from serving_clients import http, predict_request
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
@@ -79,17 +80,6 @@ def batched_server(model):
     server = started(model, batching=batching)
     yield server
     server.stop()
-
-
-def http(server, path, body=None, raw=None):
-    """(status, JSON reply) of a GET (no body) or POST to the REST port."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(f"http://127.0.0.1:{server.rest_port}{path}", data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 PREDICT = f"/v1/models/{NAME}:predict"
@@ -284,17 +274,7 @@ def test_answers_under_batching_equal_answers_one_at_a_time(server, batched_serv
 
 
 def grpc_request(inputs, signature_name="serving_default", **spec):
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = NAME
-    request.model_spec.signature_name = signature_name
-    for field, value in spec.items():
-        if field == "version":
-            request.model_spec.version.value = value
-        else:
-            setattr(request.model_spec, field, value)
-    for name, value in inputs.items():
-        request.inputs[name].CopyFrom(value)
-    return request
+    return predict_request(NAME, inputs, signature_name, **spec)
 
 
 def grpc_error(server, request):
