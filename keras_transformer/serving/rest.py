@@ -25,8 +25,10 @@ import binascii
 import json
 import logging
 import re
+import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
@@ -372,16 +374,75 @@ def handler_class(server):
     return Handler
 
 
-def _refusal() -> bytes:
-    body = b'{"error": "too many connections at once; try again later"}'
-    head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    head += f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode("ascii") + body
+REFUSAL_BODY = b'{"error": "too many connections at once; try again later"}'
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(REFUSAL_BODY), REFUSAL_BODY)
+)
+
+
+class Refusals:
+    """Connections refused for want of a thread, answered by one thread for them all: each is
+    sent 503 at once, then read and dropped until the client closes it or `linger_s` passes, so
+    that the client can send its request and read the reply (a socket closed with bytes unread
+    is reset, and the reply lost with it). The thread runs while there are such connections."""
+
+    def __init__(self, linger_s=2.0):
+        self.linger_s = linger_s
+        self._selector = selectors.DefaultSelector()
+        self._arrived: list[socket.socket] = []
+        self._running = False
+        self._lock = threading.Lock()
+
+    def refuse(self, connection: socket.socket):
+        connection.setblocking(False)
+        try:
+            connection.sendall(REFUSAL)  # a fresh socket's buffer takes it whole
+            connection.shutdown(socket.SHUT_WR)
+        except OSError:  # the client has gone
+            connection.close()
+            return
+        with self._lock:
+            self._arrived.append(connection)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._drop_when_done, name="refusals", daemon=True).start()
+
+    def _drop_when_done(self):
+        while True:
+            with self._lock:
+                arrived, self._arrived = self._arrived, []
+                if not arrived and not self._selector.get_map():
+                    self._running = False
+                    return
+            for connection in arrived:
+                self._selector.register(connection, selectors.EVENT_READ, time.monotonic())
+            for key, _ in self._selector.select(timeout=0.05):
+                if not _read_some(key.fileobj):
+                    self._drop(key.fileobj)
+            now = time.monotonic()
+            for key in list(self._selector.get_map().values()):
+                if now - key.data > self.linger_s:
+                    self._drop(key.fileobj)
+
+    def _drop(self, connection):
+        self._selector.unregister(connection)
+        connection.close()
+
+
+def _read_some(connection) -> bool:
+    """Reads what `connection` holds; False once the client has closed it, or it failed."""
+    try:
+        return bool(connection.recv(65536))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 class QueueingHTTPServer(ThreadingHTTPServer):
     """A thread a connection, `max_connections` at most: beyond them, a connection is answered
-    503 and closed by the accepting thread, which starts no thread for it. Connections not yet
+    503 and closed by `Refusals`' one thread, which starts none for it. Connections not yet
     accepted wait in the backlog."""
 
     daemon_threads = True
@@ -392,13 +453,14 @@ class QueueingHTTPServer(ThreadingHTTPServer):
         self.max_connections = max_connections
         self._connections = 0
         self._counting = threading.Lock()
+        self._refusals = Refusals()
 
     def process_request(self, request, client_address):
         with self._counting:
             refused = self._connections >= self.max_connections
             self._connections += not refused
         if refused:
-            self._refuse(request)
+            self._refusals.refuse(request)
         else:
             super().process_request(request, client_address)
 
@@ -408,16 +470,3 @@ class QueueingHTTPServer(ThreadingHTTPServer):
         finally:
             with self._counting:
                 self._connections -= 1
-
-    def _refuse(self, request):
-        """Answers 503 without blocking: what the client sent already is read (an unread
-        byte would turn the close into a reset that can lose the reply), then closed."""
-        request.setblocking(False)
-        try:
-            request.sendall(_refusal())
-            request.shutdown(socket.SHUT_WR)
-            while request.recv(65536):
-                pass
-        except OSError:  # nothing more to read yet, or the client has gone
-            pass
-        self.shutdown_request(request)
