@@ -107,7 +107,7 @@ class ModelManager:
             replaced = {
                 name
                 for name, config in wanted.items()
-                if name in self._configs and config.base_path != self._configs[name].base_path
+                if name in self._models and config.base_path != self._models[name].base_path
             }
             added = {name: _served(wanted[name]) for name in wanted.keys() - self._models.keys()}
             added |= {name: _served(wanted[name]) for name in replaced}
