@@ -42,6 +42,7 @@ class ModelManager:
         self._models: dict[str, ServedModel] = {model.name: model for model in models}
         self._configs: dict[str, ModelConfig] = {}
         self.config_file = None if config_file is None else Path(config_file)
+        self._config_error = None  # why the file last failed, logged once
         self.config_poll_seconds = config_poll_seconds
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
@@ -130,12 +131,15 @@ class ModelManager:
 
     def poll_config(self):
         """Reads the config file again and applies it; a file that does not parse or validate
-        is logged, and the last good config kept."""
+        is logged (once, until its reason changes), and the last good config kept."""
         try:
             configs = read_model_config_file(self.config_file)
         except ConfigError as error:
-            logger.error("keeping the last good model config: %s", error)
+            if str(error) != self._config_error:
+                logger.error("keeping the last good model config: %s", error)
+            self._config_error = str(error)
             return
+        self._config_error = None
         if {config.name: config for config in configs} != self._configs:
             self.reload(configs)
 
