@@ -271,6 +271,7 @@ def serve(args):
     from keras_transformer.serving.batching import BatchingParameters
     from keras_transformer.serving.limits import Limits
     from keras_transformer.serving.server import ModelServer, ServedModel
+    from keras_transformer.serving.web_page import WebPage
 
     limits = Limits(**fields_of(args, Limits))
     batching = BatchingParameters(**fields_of(args, BatchingParameters))
@@ -287,7 +288,10 @@ def serve(args):
             rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
             socket_timeout_s=args.socket_timeout_s,
             poll_seconds=args.file_system_poll_wait_seconds or None,
-        ).start()
+        )
+        if args.ui:
+            server.apps.append(WebPage())
+        server.start()
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
     print(
