@@ -285,8 +285,10 @@ function mean(matrices) {
   );
 }
 
-// A table of `rows` × `columns` pieces, each cell shaded by its weight (0 white, 1 dark blue).
+// A table of `rows` × `columns` pieces, each cell shaded by its weight: white for 0, dark blue
+// for the map's largest weight, so that an untrained model's nearly even attention shows too.
 function drawMap(table, rows, columns, weights) {
+  const largest = Math.max(...weights.flat(), Number.MIN_VALUE);
   const box = table.parentElement;
   // Square cells that fill the box's width beside the row labels, and stay large enough to see;
   // a map still too wide scrolls within its box.
@@ -300,7 +302,7 @@ function drawMap(table, rows, columns, weights) {
   const body = rows.map((piece, i) => {
     const row = document.createElement("tr");
     row.append(header(piece, "row"));
-    columns.forEach((column, j) => row.append(weightCell(weights[i][j], piece, column)));
+    columns.forEach((column, j) => row.append(weightCell(weights[i][j], largest, piece, column)));
     return row;
   });
   const thead = document.createElement("thead");
@@ -318,11 +320,11 @@ function header(piece, scope) {
   return th;
 }
 
-function weightCell(weight, row, column) {
+function weightCell(weight, largest, row, column) {
   const td = document.createElement("td");
   td.dataset.weight = String(weight);
   td.title = `${row} → ${column}: ${weight.toFixed(3)}`;
-  td.style.backgroundColor = `hsl(215 80% ${Math.round(100 - 70 * weight)}%)`;
+  td.style.backgroundColor = `hsl(215 80% ${Math.round(100 - 70 * (weight / largest))}%)`;
   const value = document.createElement("span");
   value.className = "visually-hidden";
   value.textContent = weight.toFixed(2);
