@@ -143,15 +143,19 @@ def text_of(node) -> str:
     return node.get_attribute("textContent")
 
 
+# A heat map as the page drew it, read in one call rather than a WebDriver request per cell.
+READ_MAP = """
+const table = document.getElementById(arguments[0]);
+const texts = (css) => [...table.querySelectorAll(css)].map((th) => th.textContent);
+const rows = [...table.querySelectorAll("tbody tr")];
+return [texts("th[scope=col]"), texts("th[scope=row]"),
+        rows.map((row) => [...row.querySelectorAll("td")].map((td) => Number(td.dataset.weight)))];
+"""
+
+
 def map_of(driver, prefix):
     """(column labels, row labels, weights) of a heat map as the page draws it."""
-    table = element(driver, f"#{prefix}-map")
-    columns = [text_of(th) for th in elements(table, "th[scope=col]")]
-    rows = [text_of(th) for th in elements(table, "th[scope=row]")]
-    weights = [
-        [float(td.get_attribute("data-weight")) for td in elements(row, "td[data-weight]")]
-        for row in elements(table, "tbody tr")
-    ]
+    columns, rows, weights = driver.execute_script(READ_MAP, f"{prefix}-map")
     return columns, rows, np.array(weights)
 
 
