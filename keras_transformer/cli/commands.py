@@ -262,7 +262,7 @@ def export(args):
 
     options = ExportOptions(jit_compile=args.jit_compile, **fields_of(args, ExportOptions))
     _, search = task_and_search(args)
-    path = export_translator(load_translator(args), args.output, options, search)
+    path = export_translator(load_translator(args), args.output, options, search, args.model)
     print(f"exported {path} ({export_size(path) / 2**20:.1f} MiB)")
 
 

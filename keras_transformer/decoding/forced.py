@@ -66,14 +66,36 @@ def recording(attentions):
             attention.last_attention_weights = None
 
 
+def teacher_forced_inputs(target_ids):
+    """The decoder's inputs for target ids `[batch, target]`: BOS, then each id but the last."""
+    first = tf.fill([tf.shape(target_ids)[0], 1], BOS_ID)
+    return tf.concat([first, target_ids[:, :-1]], axis=1)
+
+
+def attention_weights(model, source_ids, target_ids) -> tuple[tf.Tensor, tf.Tensor]:
+    """Every layer's attention in one teacher-forced pass over target ids `[batch, target]`:
+    the encoder self-attention, float32 `[batch, layers, heads, source, source]`, and the
+    encoder-decoder attention, `[batch, layers, heads, target, source]`, each row a query's
+    distribution over the keys (the paper's Figures 3-5). Of a `Transformer`, or of an
+    ensemble's first member. TensorFlow ops, so that a serving graph can return them."""
+    model = decoding_members(model)[0]
+    encoder = [layer.self_attention for layer in model.encoder_layers]
+    cross = [layer.cross_attention for layer in model.decoder_layers]
+    with recording(encoder + cross):
+        model((source_ids, teacher_forced_inputs(target_ids)), training=False)
+        return tuple(
+            tf.cast(tf.stack([a.last_attention_weights for a in layers], axis=1), tf.float32)
+            for layers in (encoder, cross)
+        )
+
+
 def forced_decode(model, source_ids, target_ids, with_attention=False) -> ForcedResult:
     """Scores target ids `[batch, target]` (PAD = 0 after each; end them with EOS to count its
     probability) given source ids `[batch, source]` with one full decoder pass of `model`, a
     `Transformer` or an `ensemble.Ensemble`; see the module docstring."""
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     target_ids = tf.convert_to_tensor(target_ids, tf.int32)
-    first = tf.fill([tf.shape(target_ids)[0], 1], BOS_ID)
-    target_in = tf.concat([first, target_ids[:, :-1]], axis=1)
+    target_in = teacher_forced_inputs(target_ids)
     members = decoding_members(model)
     cross = members[0].decoder_layers[alignment_layer(len(members[0].decoder_layers))]
     with recording([cross.cross_attention] if with_attention else []):

@@ -50,6 +50,16 @@ class ExportOptions:
         "ctranslate2: its weight type: int8, int8_float32, int8_float16, int16, float16, "
         "bfloat16 (default: float32)",
     )
+    source_language: str | None = _option(
+        None,
+        "saved_model: the source language code the export records (default: the run's "
+        "source_language in its run.json)",
+    )
+    target_language: str | None = _option(
+        None,
+        "saved_model: the target language code the export records (default: the run's "
+        "target_language in its run.json)",
+    )
 
     def __post_init__(self):
         if self.format not in FORMATS:
@@ -64,14 +74,19 @@ class ExportOptions:
             )
         if self.warmup_batch_sizes and not self.jit_compile:
             raise ConfigError("warmup_batch_sizes needs jit_compile: only XLA compiles at warm-up")
+        if (self.source_language or self.target_language) and self.format != "saved_model":
+            raise ConfigError("source_language and target_language apply to format saved_model")
         if self.warmup_batch_sizes and min(self.warmup_batch_sizes) < 1:
             raise ConfigError(f"warmup_batch_sizes {list(self.warmup_batch_sizes)} must be >= 1")
 
 
-def export(translator, output, options: ExportOptions, search: SearchSettings) -> Path:
+def export(
+    translator, output, options: ExportOptions, search: SearchSettings, run_dir=None
+) -> Path:
     """Writes `translator` to `output` as `options` say; returns the path written. `search` is
     fixed in a SavedModel's `serving_default` and a TFLite model; CTranslate2 takes its search
-    when it translates."""
+    when it translates. `run_dir`, the run `translator` comes from, gives the languages a
+    SavedModel records where `options` do not."""
     if options.format == "ctranslate2":
         return _export_ctranslate2()(translator, output, options.quantization)
     if options.format == "tflite":
@@ -87,7 +102,19 @@ def export(translator, output, options: ExportOptions, search: SearchSettings) -
     from keras_transformer.serving.saved_model import export_saved_model
 
     sizes = options.warmup_batch_sizes or (1,)
-    return export_saved_model(translator, output, search, options.jit_compile, sizes)
+    languages = exported_languages(options, run_dir)
+    return export_saved_model(translator, output, search, options.jit_compile, sizes, languages)
+
+
+def exported_languages(options: ExportOptions, run_dir=None) -> tuple[str | None, str | None]:
+    """The (source, target) language codes of an export: the options', else the run's."""
+    from keras_transformer import run_directory
+
+    settings = run_directory.read_settings(run_dir) if run_dir else {}
+    return (
+        options.source_language or settings.get("source_language"),
+        options.target_language or settings.get("target_language"),
+    )
 
 
 def export_size(path) -> int:

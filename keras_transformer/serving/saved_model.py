@@ -67,6 +67,7 @@ Example (needs a trained run, so not run as a doctest)::
 """
 
 import functools
+import json
 import logging
 import os
 import shutil
@@ -74,17 +75,19 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from durable_files import hold_lock, sync_to_disk, write_error
+from durable_files import WriteError, hold_lock, sync_to_disk, write_atomically, write_error
 from keras_transformer.decoding.beam_search import BeamSearchResult
+from keras_transformer.decoding.forced import attention_weights
 from keras_transformer.decoding.search import best_of, n_best_search
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.layout import WARMUP_REQUESTS
+from keras_transformer.serving.layout import MODEL_INFO, WARMUP_REQUESTS
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
 TEXT = tf.TensorSpec([None], tf.string, name="text")
+TRANSLATION = tf.TensorSpec([None], tf.string, name="translation")
 SOURCE_IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 BEAM = tf.TensorSpec([], tf.int32, name="beam_size")
 ALPHA_SPEC = tf.TensorSpec([], tf.float32, name="alpha")
@@ -141,6 +144,10 @@ class TranslationModule(tf.Module):
         self.beam_sizes = sorted({*REQUEST_BEAM_SIZES, search.beam_size})
         self.longest_extra = max(search.extra_length, SearchSettings.extra_length)
         self._jit_compile = jit_compile
+        # Each id's subword, for the attention's labels: EOS as "</s>", PAD (padding) as "".
+        pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+        pieces[EOS_ID], pieces[PAD_ID] = "</s>", ""
+        self._pieces = tf.constant(pieces)
         if jit_compile:  # one program serves every extra length up to the longest
             search = n_best_search(model, constraint, self.longest_extra)
             self._n_best = tf.function(search, jit_compile=True)
@@ -149,9 +156,14 @@ class TranslationModule(tf.Module):
 
     def source_ids(self, text):
         """Strings → padded source ids, truncated to the model's length, EOS-terminated."""
-        pieces = self.tokenizer.tokenize(text)[:, : self.model.config.max_length - 1]
-        eos = tf.fill([tf.shape(text)[0], 1], EOS_ID)
-        return tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
+        return self.eos_terminated(self.tokenizer.tokenize(text))
+
+    def eos_terminated(self, ids):
+        """Ragged ids `[batch, (length)]` → padded ids, cut to leave room for EOS in the model's
+        length, EOS-terminated."""
+        ids = ids[:, : self.model.config.max_length - 1]
+        eos = tf.fill([ids.nrows(), 1], EOS_ID)
+        return tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
 
     def search(
         self, source_ids, beam_size, alpha, extra_length, exact_hypotheses=None
@@ -224,11 +236,30 @@ class TranslationModule(tf.Module):
         target_ids, scores = best_of(result, beam_size)
         return {"target_ids": target_ids, "scores": scores}
 
+    @tf.function(input_signature=[TEXT, TRANSLATION])
+    def serve_attention(self, text, translation):
+        source_ids = self.source_ids(text)
+        target_ids = self.eos_terminated(self.tokenizer.tokenize_target(translation))
+        encoder, cross = attention_weights(self.model, source_ids, target_ids)
+        return {
+            "source_pieces": tf.gather(self._pieces, source_ids),
+            "target_pieces": tf.gather(self._pieces, target_ids),
+            "encoder_decoder_attention": cross,
+            "encoder_self_attention": encoder,
+        }
+
+    @tf.function(input_signature=[TEXT])
+    def serve_source_lengths(self, text):
+        lengths = self.tokenizer.tokenize(text).row_lengths() + 1  # EOS
+        return {"source_lengths": tf.cast(lengths, tf.int32)}
+
     def signatures(self):
         return {
             "serving_default": self.serve_text,
             "translate_options": self.serve_text_options,
             "translate_ids": self.serve_ids,
+            "attention": self.serve_attention,
+            "source_lengths": self.serve_source_lengths,
         }
 
 
@@ -292,11 +323,17 @@ def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
 
 
 def export_saved_model(
-    translator, base, search=SearchSettings(), jit_compile=False, warmup_batch_sizes=(1,)
+    translator,
+    base,
+    search=SearchSettings(),
+    jit_compile=False,
+    warmup_batch_sizes=(1,),
+    languages=(None, None),
 ) -> Path:
     """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
 
     `search`, a `SearchSettings`, is `serving_default`'s, §6.1's by default.
+    `languages`: the (source, target) codes the version records in `MODEL_INFO` (None: unknown).
     `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
     warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load,
     for requests of each of `warmup_batch_sizes` sentences (a server's batch sizes, from TF
@@ -310,8 +347,12 @@ def export_saved_model(
         shutil.rmtree(staging, ignore_errors=True)  # a killed export's
         try:
             _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes)
+            write_model_info(staging, model_info(translator, languages))
             for path in [*staging.rglob("*"), staging]:
                 sync_to_disk(path)
+        except WriteError:  # the model info's, naming its file
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         except (OSError, tf.errors.OpError) as error:
             shutil.rmtree(staging, ignore_errors=True)
             raise write_error(staging, error) from error
@@ -333,7 +374,25 @@ def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_si
             module.default_search,
             warmup_batch_sizes,
         )
-        (staging / WARMUP_REQUESTS).parent.mkdir()
+        (staging / WARMUP_REQUESTS).parent.mkdir(exist_ok=True)
         with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:
             for request in requests:
                 writer.write(request.SerializeToString())
+
+
+def model_info(translator, languages) -> dict:
+    """The `MODEL_INFO` of `translator` translating `languages`, (source, target) codes."""
+    tokens = {code: f">>{code}<<" for code in getattr(translator.tokenizer, "target_languages", [])}
+    return {
+        "source_language": languages[0],
+        "target_language": languages[1],
+        "target_language_tokens": tokens,
+        "max_length": translator.model.config.max_length,
+    }
+
+
+def write_model_info(version_dir: Path, info: dict):
+    path = version_dir / MODEL_INFO
+    path.parent.mkdir(exist_ok=True)
+    text = json.dumps(info, ensure_ascii=False, indent=2) + "\n"
+    write_atomically(path, lambda partial: partial.write_text(text, encoding="utf-8"))

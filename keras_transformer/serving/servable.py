@@ -3,6 +3,7 @@ its metadata API returns, its state (LOADING, AVAILABLE, UNLOADING, END), and th
 flight on it, so that it is unloaded only once they are answered.
 """
 
+import json
 import logging
 import threading
 import time
@@ -15,7 +16,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
 from keras_transformer.serving.errors import ServingError, bad_request
-from keras_transformer.serving.layout import WARMUP_REQUESTS
+from keras_transformer.serving.layout import MODEL_INFO, WARMUP_REQUESTS
 from keras_transformer.serving.limits import Limits, declared_shape
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,12 @@ def incomplete(path: Path) -> str | None:
     return None
 
 
+def variable_bytes(functions) -> int:
+    """The bytes of the variables that the concrete `functions` read, each counted once."""
+    variables = {id(v): v for function in functions for v in function.variables}.values()
+    return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+
 class Servable:
     """Version `version` of model `name` at `path`; `load()` makes it AVAILABLE."""
 
@@ -46,12 +53,18 @@ class Servable:
         self.signatures = {}
         self.signature_def_map = get_model_metadata_pb2.SignatureDefMap()
         self.warmup_requests = 0
+        self.info = {}  # MODEL_INFO: the languages it translates; {} for an export without it
+        self.weight_bytes = 0  # the loaded variables'
         self._in_flight = 0
         self._idle = threading.Condition()
 
     def load(self):
         """Loads the SavedModel and runs its warm-up requests; AVAILABLE once done."""
-        self.signatures = dict(tf.saved_model.load(str(self.path)).signatures)
+        loaded = tf.saved_model.load(str(self.path))
+        self.signatures = dict(loaded.signatures)
+        self.weight_bytes = variable_bytes(self.signatures.values())  # while `loaded` holds them
+        info = self.path / MODEL_INFO
+        self.info = json.loads(info.read_text(encoding="utf-8")) if info.is_file() else {}
         saved_model = saved_model_pb2.SavedModel.FromString(
             (self.path / "saved_model.pb").read_bytes()
         )

@@ -97,8 +97,14 @@ def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
     )
     assert shown.returncode == 0, shown.stderr[-2000:]
     out = shown.stdout
-    for signature in ("serving_default", "translate_options", "translate_ids"):
+    signatures = ("serving_default", "translate_options", "translate_ids", "attention")
+    for signature in (*signatures, "source_lengths"):
         assert f"signature_def['{signature}']" in out
+    attention = out.split("signature_def['attention']")[1].split("signature_def[")[0]
+    assert (
+        "outputs['encoder_decoder_attention'] tensor_info:\n        dtype: DT_FLOAT\n"
+        "        shape: (-1, 2, 4, -1, -1)" in attention
+    )
     serving = out.split("signature_def['serving_default']")[1].split("signature_def[")[0]
     assert "inputs['text'] tensor_info:\n        dtype: DT_STRING" in serving
     assert "outputs['translations'] tensor_info:\n        dtype: DT_STRING" in serving

@@ -28,6 +28,7 @@ from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.ctranslate2_export import export_ctranslate2
+from keras_transformer.serving.layout import MODEL_INFO
 from keras_transformer.serving.tflite import TOKENIZER_NOTE, tokenizer_directory
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -90,6 +91,12 @@ def translate_ids(saved_model, source_ids, beam_size, extra_length):
 def test_saved_model_holds_both_sentencepiece_models_and_the_vocabulary(saved_model):
     assets = sorted(path.name for path in (saved_model / "assets").iterdir())
     assert assets == ["source.spm", "target.spm", "vocabulary.txt"]
+
+
+def test_saved_model_records_the_language_tokens_as_written(saved_model):
+    info = json.loads((saved_model / MODEL_INFO).read_text(encoding="utf-8"))
+    assert (info["source_language"], info["target_language"]) == ("en", "de+fr")
+    assert info["target_language_tokens"] == {"deu": ">>deu<<", "fra": ">>fra<<"}
 
 
 def test_saved_model_greedy_ids_and_texts_are_transformers(saved_model, translator, tmp_path):

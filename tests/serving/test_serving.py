@@ -104,7 +104,13 @@ def test_status_and_metadata(server):
     status, metadata = http(server, f"/v1/models/{NAME}/versions/1/metadata")
     assert status == 200 and metadata["model_spec"]["version"] == "1"
     signatures = metadata["metadata"]["signature_def"]["signature_def"]
-    assert set(signatures) == {"serving_default", "translate_options", "translate_ids"}
+    assert set(signatures) == {
+        "serving_default",
+        "translate_options",
+        "translate_ids",
+        "attention",
+        "source_lengths",
+    }
     assert signatures["serving_default"]["inputs"]["text"]["dtype"] == "DT_STRING"
 
 
