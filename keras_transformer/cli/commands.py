@@ -288,12 +288,11 @@ def serve(args):
             rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
             socket_timeout_s=args.socket_timeout_s,
             poll_seconds=args.file_system_poll_wait_seconds or None,
-        )
-        if args.ui:
-            server.apps.append(WebPage())
-        server.start()
+        ).start()
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
+    if args.ui:
+        server.apps.append(WebPage())
     print(
         f"serving {args.model_name} v{model.version}: "
         f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "
