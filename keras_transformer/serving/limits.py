@@ -75,7 +75,14 @@ class Limits:
 
     def check_values(self, name, array: np.ndarray, spec: tf.TensorSpec):
         """The values of input `name`: sentence lengths; integers within their dtype (a larger value
-        would wrap), token ids (`*_ids`) not negative."""
+        would wrap), token ids (`*_ids`) not negative; no number with a decimal point for an
+        integer input (a cast would truncate it; TensorFlow Serving's JSON reader refuses 2.0
+        too)."""
+        if spec.dtype.is_integer and array.dtype.kind == "f" and array.size:
+            raise bad_request(
+                f"input {name!r} holds {array.reshape(-1)[0]}: {spec.dtype.name} values of "
+                f"{name} are integers"
+            )
         if spec.dtype.name == "string" and array.dtype.kind in "USO":
             texts = (v for v in array.reshape(-1) if isinstance(v, str | bytes))
             for index, value in enumerate(texts):

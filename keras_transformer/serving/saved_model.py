@@ -19,24 +19,40 @@ Signatures (everything in the graph: tokenization, beam search with its cache, d
                                                                    [None, beam] string,
                                                                    n_best_scores [None, beam],
                                                                    n_best_log_probs [None, beam]
-    translate_ids      source_ids [None, None] int32 (PAD = 0, EOS-terminated), beam_size,
-                       alpha, extra_length                      -> target_ids [None, None] int32,
+    translate_ids      source_ids [None, None] int32 (PAD = 0, EOS-terminated, at most
+                       max_length wide), beam_size, alpha,
+                       extra_length                             -> target_ids [None, None] int32,
                                                                    scores
+    attention          text, translation [None] string          -> source_pieces [None, S] string,
+                                                                   target_pieces [None, T] string,
+                                                                   encoder_decoder_attention
+                                                                   [None, L, H, T, S] float32,
+                                                                   encoder_self_attention
+                                                                   [None, L, H, S, S] float32
+    source_lengths     text                                     -> source_lengths [None] int32
 
 A beam size of 1 decodes greedily (`scores` are then log-probabilities, as `Translator` gives).
 `translate_options` also returns every hypothesis the search kept, best first: `n_best_scores`
 are log P / lp (§6.1), for a greedy search too, and `n_best_log_probs` log P, EOS included; a
 slot the search left empty (fewer distinct hypotheses than beams) has an empty translation and
 `NEG_INF` scores.
+`attention` runs the model once over the given translation (teacher forcing,
+`forced.attention_weights`) and returns every layer's heads, each row a query's weights over the
+source, as the paper's Figures 3-5 draw them; the pieces label them (EOS as "</s>", padding "").
+It never uses XLA. `source_lengths` counts a sentence's subwords and EOS before the cut at
+`max_length` that the text signatures make, so that a client can split a longer sentence instead.
+Each version also holds `layout.MODEL_INFO`: the languages it translates, for a server to list.
 
 Requests search from a fixed set, so that they cannot make a server compile without bound: a
 beam size of `REQUEST_BEAM_SIZES` or `serving_default`'s, and an extra length from 0 to the
-larger of `serving_default`'s and §6.1's 50 (`TranslationModule.longest_extra`). The graph checks
-both before decoding and answers InvalidArgument naming the value and the set; a request is never
-rounded to another search. With XLA, each beam size is its own program (a `tf.switch_case`
-branch), and the buffers are sized for the longest extra length, which a request's extra length
-only limits (`search.greedy_decode`'s `longest_extra`): one program per beam size, request shape
-and padded width, whatever extra lengths the requests ask for.
+larger of `serving_default`'s and §6.1's 50 (`TranslationModule.longest_extra`), with a finite
+α >= 0, and `translate_ids` rows no wider than `max_length`. The graph checks them before
+decoding and answers InvalidArgument naming the value and what is allowed, so that stock
+TensorFlow Serving refuses them too; a request is never rounded to another search.
+With XLA, each beam size is its own program (a `tf.switch_case` branch), and the buffers are
+sized for the longest extra length, which a request's extra length only limits
+(`search.greedy_decode`'s `longest_extra`): one program per beam size, request shape and padded
+width, whatever extra lengths the requests ask for.
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
 export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
 `keras_transformer.parsing.constituency.repaired_tree`, or well-formed as decoded when the
@@ -99,27 +115,49 @@ EXTRA = tf.TensorSpec([], tf.int32, name="extra_length")
 REQUEST_BEAM_SIZES = (1, 2, 4, 8)
 
 
-def checked_request_search(beam_size, extra_length, beam_sizes, longest_extra):
-    """A request's `beam_size` and `extra_length` once checked (one of `beam_sizes`, 0 to
-    `longest_extra`); otherwise running the signature raises InvalidArgumentError, naming the
-    value and what is allowed, before any decoding."""
+def refusal(condition, template, value):
+    """An Assert that fails unless `condition`, its message `template` (`tf.strings.format`'s,
+    `{}` for `value`) naming the input: a server answers it as InvalidArgument, TensorFlow
+    Serving too."""
+    return tf.debugging.Assert(condition, [tf.strings.format(template, value)])
+
+
+def checked_request_search(beam_size, alpha, extra_length, beam_sizes, longest_extra):
+    """A request's `beam_size`, `alpha` and `extra_length` once checked (one of `beam_sizes`, a
+    finite α >= 0, 0 to `longest_extra`); otherwise running the signature raises
+    InvalidArgumentError, naming the value and what is allowed, before any decoding (a NaN α
+    would score every hypothesis NaN)."""
     allowed = ", ".join(map(str, beam_sizes))
     checks = [
-        tf.debugging.Assert(
+        refusal(
             tf.reduce_any(tf.equal(beam_size, beam_sizes)),
-            [
-                tf.strings.format(
-                    f"beam_size {{}} is not one of those exported: {allowed}", beam_size
-                )
-            ],
+            f"beam_size {{}} is not one of those exported: {allowed}",
+            beam_size,
         ),
-        tf.debugging.Assert(
+        refusal(
+            tf.math.is_finite(alpha) & (alpha >= 0.0),
+            "alpha {} is not a finite number >= 0",
+            alpha,
+        ),
+        refusal(
             (extra_length >= 0) & (extra_length <= longest_extra),
-            [tf.strings.format(f"extra_length {{}} is not in 0..{longest_extra}", extra_length)],
+            f"extra_length {{}} is not in 0..{longest_extra}",
+            extra_length,
         ),
     ]
     with tf.control_dependencies(checks):
-        return tf.identity(beam_size), tf.identity(extra_length)
+        return tf.identity(beam_size), tf.identity(alpha), tf.identity(extra_length)
+
+
+def checked_width(source_ids, max_length):
+    """Source ids `[batch, width]` once checked to fit the model's `max_length` positions (the
+    text signatures cut a source there; ids are the caller's to cut)."""
+    width = tf.shape(source_ids)[1]
+    check = refusal(
+        width <= max_length, f"source_ids width {{}} is over max_length {max_length}", width
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(source_ids)
 
 
 class TranslationModule(tf.Module):
@@ -216,8 +254,10 @@ class TranslationModule(tf.Module):
             outputs["n_best_log_probs"] = result.log_probs
         return outputs
 
-    def checked(self, beam_size, extra_length):
-        return checked_request_search(beam_size, extra_length, self.beam_sizes, self.longest_extra)
+    def checked(self, beam_size, alpha, extra_length):
+        return checked_request_search(
+            beam_size, alpha, extra_length, self.beam_sizes, self.longest_extra
+        )
 
     @tf.function(input_signature=[TEXT])
     def serve_text(self, text):
@@ -226,12 +266,13 @@ class TranslationModule(tf.Module):
 
     @tf.function(input_signature=[TEXT, BEAM, ALPHA_SPEC, EXTRA])
     def serve_text_options(self, text, beam_size, alpha, extra_length):
-        beam_size, extra_length = self.checked(beam_size, extra_length)
+        beam_size, alpha, extra_length = self.checked(beam_size, alpha, extra_length)
         return self.translate(text, beam_size, alpha, extra_length, n_best=True)
 
     @tf.function(input_signature=[SOURCE_IDS, BEAM, ALPHA_SPEC, EXTRA])
     def serve_ids(self, source_ids, beam_size, alpha, extra_length):
-        beam_size, extra_length = self.checked(beam_size, extra_length)
+        beam_size, alpha, extra_length = self.checked(beam_size, alpha, extra_length)
+        source_ids = checked_width(source_ids, self.model.config.max_length)
         result = self.search(source_ids, beam_size, alpha, extra_length, exact_hypotheses=1)
         target_ids, scores = best_of(result, beam_size)
         return {"target_ids": target_ids, "scores": scores}

@@ -5,6 +5,7 @@ flight on it, so that it is unloaded only once they are answered.
 
 import json
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,21 @@ def incomplete(path: Path) -> str | None:
     if not (path / "variables" / "variables.index").is_file():
         return "no variables/variables.index"
     return None
+
+
+# What TensorFlow wraps around an op's error: the node and function it ran in, and an Assert's
+# "assertion failed: [...]" around the message the graph gave it.
+NODE_NAMES = re.compile(r"\s*\[\[\{\{node [^}]*\}\}\]\]|\s*\[Op:[^\]]*\]")
+ASSERTION = re.compile(r"assertion failed: \[(.*)\]")
+
+
+def graph_error_message(message: str) -> str:
+    """The words of a signature's InvalidArgumentError: an Assert's own message (the graph's
+    checks name the input and what it may be), or the failing op's, without TensorFlow's
+    header, stack and node names."""
+    last = NODE_NAMES.sub("", message).strip().splitlines()[-1].strip()
+    assertion = ASSERTION.fullmatch(last)
+    return assertion.group(1) if assertion else last
 
 
 def variable_bytes(functions) -> int:
@@ -183,5 +199,5 @@ class Servable:
         try:
             outputs = function(**{k: tf.constant(v) for k, v in arrays.items()})
         except tf.errors.InvalidArgumentError as error:
-            raise bad_request(error.message) from None
+            raise bad_request(graph_error_message(error.message)) from None
         return {name: value.numpy() for name, value in outputs.items()}

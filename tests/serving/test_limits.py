@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_transformer.serving import servable as servable_module
 from keras_transformer.serving.errors import ServingError
 from keras_transformer.serving.limits import Limits, declared_shape
-from keras_transformer.serving.servable import Servable
+from keras_transformer.serving.servable import Servable, graph_error_message
 
 LIMITS = Limits(max_sentences=8, max_source_length=200)
 
@@ -65,3 +65,30 @@ def test_a_request_within_the_limits_is_built(servable, monkeypatch):
     monkeypatch.setattr(servable_module, "np", np)
     arrays = servable.arrays("ids", {"source_ids": [[5, 6], [7, 8]]}, LIMITS)
     np.testing.assert_array_equal(arrays["source_ids"], [[5, 6], [7, 8]])
+
+
+@pytest.mark.parametrize("value", [2.5, 2.0, [1, 2.5], float("nan")])
+def test_a_number_with_a_decimal_point_is_no_integer(value):
+    """A cast would truncate 2.5 into 2; TensorFlow Serving's JSON reader refuses 2.0 too."""
+    with pytest.raises(ServingError, match="values of beam_size are integers"):
+        LIMITS.check_values("beam_size", np.asarray(value), tf.TensorSpec(None, tf.int32))
+    LIMITS.check_values("alpha", np.asarray(value), tf.TensorSpec(None, tf.float32))
+
+
+@tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+def first_of_few(ids):
+    size = tf.size(ids)
+    check = tf.debugging.Assert(size < 3, [tf.strings.format("ids {} are too many", size)])
+    with tf.control_dependencies([check]):
+        return ids[0]
+
+
+@pytest.mark.parametrize(
+    "ids, words",
+    [([1, 2, 3], "ids 3 are too many"), ([], "slice index 0 of dimension 0 out of bounds.")],
+)
+def test_a_graph_error_is_answered_in_its_own_words(ids, words):
+    """An Assert's message, or the op's, without TensorFlow's header, stack and node names."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        first_of_few(tf.constant(ids, tf.int32))
+    assert graph_error_message(raised.value.message) == words

@@ -138,8 +138,8 @@ def test_options_signature_takes_scalars_in_columnar_format(server):
     assert status == 200 and len(reply["outputs"]["target_ids"][0]) == 6
 
 
-def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),)):
-    inputs = {"source_ids": source_ids, "beam_size": beam_size, "alpha": 0.6}
+def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),), alpha=0.6):
+    inputs = {"source_ids": source_ids, "beam_size": beam_size, "alpha": alpha}
     body = {"signature_name": "translate_ids", "inputs": {**inputs, "extra_length": extra_length}}
     return json.dumps(body).encode()
 
@@ -160,6 +160,10 @@ def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),)):
         (PREDICT, ids_request(beam_size=0), 400, "beam_size 0 is not one of those exported"),
         (PREDICT, ids_request(beam_size=65), 400, "beam_size 65 is not one of those exported"),
         (PREDICT, ids_request(extra_length=-1), 400, "extra_length -1 is not in 0..50"),
+        (PREDICT, ids_request(extra_length=10**6), 400, "extra_length 1000000 is not in 0..50"),
+        (PREDICT, ids_request(alpha=float("nan")), 400, "alpha nan is not a finite number"),
+        (PREDICT, ids_request(source_ids=[[5] * 99 + [2]]), 400, "width 100 is over max_length"),
+        (PREDICT, ids_request(beam_size=2.5), 400, "holds 2.5: int32 values of beam_size are"),
         (PREDICT, json.dumps({"instances": ["a"] * 9}).encode(), 400, "--max-sentences-per"),
         (PREDICT, json.dumps({"instances": ["é" * 101]}).encode(), 400, "202 bytes, over"),
         (PREDICT, ids_request(source_ids=[[2] * 201]), 400, "201 ids, over the limit of 200"),

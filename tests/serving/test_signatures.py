@@ -12,8 +12,10 @@ import tensorflow as tf
 from keras_transformer.analysis.attention_plot import attention_maps
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.errors import ConfigError
+from keras_transformer.serving.errors import ServingError
 from keras_transformer.serving.export import ExportOptions, exported_languages
 from keras_transformer.serving.layout import MODEL_INFO
+from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.servable import Servable
 from pipelines.tokenizer import BOS_ID, EOS_ID
 
@@ -123,3 +125,42 @@ def test_source_lengths_count_every_subword_and_eos_before_any_cut(loaded, trans
     expected = [len(ids_with_eos(tokenizer, tokenizer.tokenize, s)) for s in sentences]
     assert served["source_lengths"].numpy().tolist() == expected
     assert expected[0] > translator.model.config.max_length and expected[2] == 1
+
+
+# Requests that `translate_ids` refuses (the run's max_length is 24), and the words it answers.
+GRAPH_FAULTS = [
+    ({"alpha": float("nan")}, "alpha nan is not a finite number >= 0"),
+    ({"alpha": float("inf")}, "alpha inf is not a finite number >= 0"),
+    ({"alpha": -0.5}, "alpha -0.5 is not a finite number >= 0"),
+    ({"extra_length": 10**6}, "extra_length 1000000 is not in 0..50"),
+    ({"source_ids": [[5] * 1023 + [2]]}, "source_ids width 1024 is over max_length 24"),
+]
+
+
+def ids_inputs(**changes):
+    return {"source_ids": [[40, 41, 2]], "beam_size": 2, "alpha": 0.6, "extra_length": 3, **changes}
+
+
+@pytest.mark.parametrize("change, message", GRAPH_FAULTS)
+def test_the_graph_itself_refuses_the_request(loaded, change, message):
+    """As TensorFlow Serving would run it: no check of ours before the graph."""
+    inputs = ids_inputs(**change)
+    dtypes = {"alpha": tf.float32}
+    tensors = {k: tf.constant(v, dtypes.get(k, tf.int32)) for k, v in inputs.items()}
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        loaded.signatures["translate_ids"](**tensors)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        *GRAPH_FAULTS,
+        ({"beam_size": 2.5}, "input 'beam_size' holds 2.5: int32 values of beam_size are integers"),
+    ],
+)
+def test_a_refused_request_is_answered_in_words(servable, change, message):
+    """The graph's own message, without TensorFlow's wrapping (node names, "assertion failed")."""
+    with pytest.raises(ServingError) as refused:
+        arrays = servable.arrays("translate_ids", ids_inputs(**change), Limits())
+        servable.run("translate_ids", arrays)
+    assert str(refused.value) == message and refused.value.status == 400
