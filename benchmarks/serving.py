@@ -9,7 +9,8 @@ sentence a request, `serving_default`: beam 4, α 0.6) over REST, then the same 
 the official `tensorflow-serving-api` stub, after one warm-up request per sentence; one JSON
 line per API and mode: requests/s, p50/p99 latency, errors, peak RSS. `--part faults`: the
 probes of a hardened server, one JSON line each: 200 stalled connections, a 100k-token
-sentence, an oversized gRPC shape, a new version dropped in mid-load, SIGTERM mid-load.
+sentence, an oversized gRPC shape, a REST version path of 5,000 digits, a new version dropped
+in mid-load, SIGTERM mid-load.
 Records go to benchmarks/results/serving-<part>-<UTC stamp>.jsonl.
 
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part load \
@@ -163,12 +164,14 @@ def load_part(args, sentences):
     return records
 
 
-def closed_by_server(connection) -> bool:
-    """Waits for the server to close `connection` (its socket timeout)."""
+def ending(connection) -> str:
+    """Waits for the server to end `connection`: "closed" (its socket timeout), or "refused"
+    (503 at once: over serve's --max-connections)."""
     try:
-        return connection.recv(1024) == b""
+        data = connection.recv(1024)
     except OSError:  # reset: closed too
-        return True
+        return "closed"
+    return "refused" if data.startswith(b"HTTP/1.1 503") else "closed" if not data else "answered"
 
 
 def stalled_connections(server, sentences, count=200):
@@ -180,14 +183,14 @@ def stalled_connections(server, sentences, count=200):
         stalled.append(connection)
     served = [rest_predict(server, [s])[0] for s in sentences[:10]]
     start = time.perf_counter()
-    closed = sum(map(closed_by_server, stalled))
+    endings = [ending(connection) for connection in stalled]
     seconds = time.perf_counter() - start
     for connection in stalled:
         connection.close()
     return {
         "probe": "200 stalled connections",
         "served_meanwhile": {str(k): served.count(k) for k in set(served)},
-        "stalled_closed_by_server": closed,
+        "stalled_ended_by_server": {k: endings.count(k) for k in set(endings)},
         "closed_within_s": round(seconds, 1),
     }
 
@@ -218,6 +221,20 @@ def oversized_shape(server):
         "code": code,
         "details": details,
         "answered_in_s": round(time.perf_counter() - start, 3),
+    }
+
+
+def long_version_path(server):
+    """A version of 5,000 digits in a REST path: past Python's int-conversion limit."""
+    try:
+        with urllib.request.urlopen(f"{server.url}/versions/{'9' * 5000}", timeout=60) as reply:
+            status, body = reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    return {
+        "probe": "a REST version path of 5,000 digits",
+        "status": status,
+        "error": json.loads(body).get("error", "")[:100],
     }
 
 
@@ -329,7 +346,7 @@ def sigterm_mid_load(base, sentences, clients=8):
 def faults_part(args, sentences):
     records = []
     server = Server(args.model_base_path, "--enable-batching", "--socket-timeout-s", "5")
-    for probe in (stalled_connections, long_sentence, oversized_shape):
+    for probe in (stalled_connections, long_sentence, oversized_shape, long_version_path):
         records.append(probe(server, sentences) if probe is stalled_connections else probe(server))
         print(json.dumps(records[-1]), flush=True)
     records.append(

@@ -2,10 +2,11 @@
 
 Each setting's flag is generated from its field in a settings dataclass (`cli.arguments`):
 `TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`,
-`ImportOptions`, and the server's `BatchingParameters` and `Limits`. Flags several commands share
-are declared once, on parent parsers. What each command does is in `cli.commands`. Every error
-in what the user gave (a `KerasTransformerError`, the data pipelines' `CorpusError`,
-`durable_files.WriteError`) ends the command with one line and exit code 2.
+`ImportOptions`, and the server's `ModelsToServe`, `BatchingParameters` and `Limits`. Flags
+several commands share are declared once, on parent parsers. What each command does is in
+`cli.commands`. Every error in what the user gave (a `KerasTransformerError`, the data
+pipelines' `CorpusError`, `durable_files.WriteError`) ends the command with one line and exit
+code 2.
 
 Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it with
 `.venv/bin/python tests/cli/test_help.py`.
@@ -279,13 +280,13 @@ def _serve(parser):
     try:
         from keras_transformer.serving.batching import BatchingParameters
         from keras_transformer.serving.limits import Limits
+        from keras_transformer.serving.model_config import ModelsToServe
     except ModuleNotFoundError as error:  # grpc, tensorflow_serving: the [serving] extra
         raise SystemExit(
             f"keras-transformer serve needs the serving extra ({error}): "
             "pip install 'keras-transformer[serving]'"
         ) from None
-    parser.add_argument("--model-name", required=True)
-    parser.add_argument("--model-base-path", type=Path, required=True)
+    add_arguments(parser, ModelsToServe, "models: one by name and base path, or a config file")
     parser.add_argument("--rest-port", type=int, default=8501)
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")

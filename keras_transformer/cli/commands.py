@@ -267,18 +267,22 @@ def export(args):
 
 
 def serve(args):
-    """TF-Serving-compatible REST and gRPC endpoint over an export base path"""
+    """TF-Serving-compatible REST and gRPC endpoint over export base paths: one model, or a model
+    config file's"""
     from keras_transformer.serving.batching import BatchingParameters
     from keras_transformer.serving.limits import Limits
-    from keras_transformer.serving.server import ModelServer, ServedModel
+    from keras_transformer.serving.model_config import ModelsToServe
+    from keras_transformer.serving.model_manager import ModelManager
+    from keras_transformer.serving.server import ModelServer
     from keras_transformer.serving.web_page import WebPage
 
     limits = Limits(**fields_of(args, Limits))
     batching = BatchingParameters(**fields_of(args, BatchingParameters))
+    to_serve = ModelsToServe(**fields_of(args, ModelsToServe))
     try:
-        model = ServedModel(args.model_name, args.model_base_path)
+        models = ModelManager.to_serve(to_serve)
         server = ModelServer(
-            model,
+            models,
             args.host,
             args.rest_port,
             args.grpc_port,
@@ -293,9 +297,10 @@ def serve(args):
         raise CommandError("serve", error) from None
     if args.ui:
         server.apps.append(WebPage())
+    served = ", ".join(f"{model.name} v{model.version}" for model in models.available())
+    one_name = to_serve.model_name or ""
     print(
-        f"serving {args.model_name} v{model.version}: "
-        f"http://{args.host}:{server.rest_port}/v1/models/{args.model_name} "
+        f"serving {served}: http://{args.host}:{server.rest_port}/v1/models/{one_name} "
         f"and gRPC {args.host}:{server.grpc_port}; Ctrl-C or SIGTERM drains and stops",
         flush=True,
     )

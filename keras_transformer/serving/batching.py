@@ -1,7 +1,7 @@
 """Server-side batching with the semantics of TensorFlow Serving's batching parameters.
 
 Requests wait in one bounded queue. `num_batch_threads` threads each take the oldest request
-and the queued requests that can share its model call (same version, signature and scalar
+and the queued requests that can share its model call (same model, version, signature and scalar
 options; one-dimensional row inputs, such as `text`), up to `max_batch_size` rows, waiting at
 most `batch_timeout_micros` after the oldest arrived for more to come. Their rows are
 concatenated, decoded by one call, and the outputs split back, so each request gets exactly
@@ -70,13 +70,15 @@ class BatchingParameters:
 @dataclass(eq=False)
 class Task:
     """One request's call: `run(arrays)` → outputs, for `rows` rows; `key` says which tasks may
-    share a call (None: none). `deadline` is a `time.monotonic()` value or None."""
+    share a call (None: none). `deadline` is a `time.monotonic()` value or None; `model` names
+    the model in the metrics."""
 
     run: object
     arrays: dict
     rows: int
     key: object = None
     deadline: float | None = None
+    model: str = ""
     future: Future = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
     _cancelled: bool = False
@@ -94,7 +96,7 @@ class Task:
 
 
 def batch_key(arrays: dict, identity) -> object:
-    """Tasks with equal keys can share a call: the same `identity` (version and signature),
+    """Tasks with equal keys can share a call: the same `identity` (model, version, signature),
     equal scalar inputs, and every other input one row per sentence (rank 1)."""
     if any(a.ndim > 1 for a in arrays.values()):
         return None
@@ -227,7 +229,7 @@ class BatchScheduler:
 
     def _run(self, batch: list[Task]):
         if self.metrics is not None:
-            self.metrics.batch_size.observe(sum(t.rows for t in batch))
+            self.metrics.batch_size.labels(batch[0].model).observe(sum(t.rows for t in batch))
         try:
             results = run_together(batch)
         except Exception as error:  # the batch's requests all get the error, the thread lives

@@ -3,8 +3,8 @@
 base classes of the official `tensorflow-serving-api` package, so that its client stubs work.
 
 A request's deadline is its RPC's; a client that cancels or goes away takes its request out of
-the queue. A version of 0 or any version label is not found: versions start at 1 here, and no
-labels are assigned.
+the queue. A `version_label` is one of the model config's `version_labels` (another is
+INVALID_ARGUMENT, as in TF Serving); a version not served is NOT_FOUND.
 """
 
 import time

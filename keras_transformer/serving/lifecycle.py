@@ -1,17 +1,21 @@
-"""TensorFlow Serving's model lifecycle over a base path, with its "latest version" policy.
+"""TensorFlow Serving's model lifecycle over a base path, with its version policies.
 
 `<base>/<version>/` directories are versions; the name is read as an integer as TF Serving
 reads it ("0002" is version 2, in directory 0002; two directories of one version are both
-skipped). The newest complete version is loaded (LOADING, its warm-up requests run), then
-served (AVAILABLE); the version it replaces is UNLOADING until the requests in flight on it are
-answered, then END. `poll()` looks again, and `start_polling(seconds)` does it in a thread. A
-version that is incomplete (no saved_model.pb or variables yet, as while it is being copied) is
-skipped with a logged reason and looked at again at the next poll; one that fails to load is END
-with its error, and the version before it keeps serving. As TF Serving retries a failed load
-(`max_num_load_retries`), a failed version is loaded again at a later poll, after a backoff that
-doubles at each failure (`retry_interval_s`, then twice that, ...), up to `max_load_retries`
-times: a version copied in two steps, its files present before their contents were whole,
-loads once the copy is complete.
+skipped). The model config's `model_version_policy` says which versions are served: the N
+newest that load (`latest`, N 1 by default), the `specific` versions named, or `all`. Each is
+loaded (LOADING, its warm-up requests run), then served (AVAILABLE); a request that names no
+version gets the newest AVAILABLE one, and a `version_labels` label names a version. A version
+the policy no longer wants (a newer one replaced it, or the policy changed) is UNLOADING until
+the requests in flight on it are answered, then END. `poll()` looks again, and
+`start_polling(seconds)` does it in a thread. A version that is incomplete (no saved_model.pb
+or variables yet, as while it is being copied) is skipped with a logged reason and looked at
+again at the next poll; one that fails to load is END with its error, and the versions served
+keep serving (for `latest`, the next older one is loaded in its place). As TF Serving retries
+a failed load (`max_num_load_retries`), a failed version is loaded again at a later poll, after
+a backoff that doubles at each failure (`retry_interval_s`, then twice that, ...), up to
+`max_load_retries` times: a version copied in two steps, its files present before their
+contents were whole, loads once the copy is complete.
 """
 
 import logging
@@ -21,12 +25,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from keras_transformer.serving.errors import not_found, unavailable
-from keras_transformer.serving.servable import AVAILABLE, END, Servable, incomplete
+from keras_transformer.serving.errors import bad_request, not_found, unavailable
+from keras_transformer.serving.model_config import Latest, Specific, VersionPolicy
+from keras_transformer.serving.servable import END, UNLOADING, Servable, incomplete
 
 logger = logging.getLogger(__name__)
 
 VERSION_NAME = re.compile(r"[0-9]{1,18}")
+
+LATEST = Latest()  # TF Serving's default policy: the newest version
 
 
 @dataclass
@@ -54,74 +61,116 @@ def version_directories(base: Path) -> dict[int, Path]:
     return {version: paths[0] for version, paths in found.items() if len(paths) == 1}
 
 
-class ServedModel:
-    """Model `name`'s versions under `base_path`; serves the newest that loads.
+# TODO(lead): at the merge with part D, read `servable.weight_bytes` and `servable.info` directly.
+def weight_bytes(servable: Servable) -> int:
+    """Bytes of the loaded version's variables (memory cannot be split within one process)."""
+    return getattr(servable, "weight_bytes", 0)
 
-    Construction loads it (the newest complete version; older ones if it fails) and raises
-    FileNotFoundError when `base_path` has no version directory, ValueError when none loads.
-    A version that failed to load is tried again by a later `poll()`, `retry_interval_s` after
-    its first failure, then after twice as long at each failure, `max_load_retries` times.
+
+def model_info(servable: Servable) -> dict:
+    """The export's `model_info.json` (its languages, ...); {} for an export without it."""
+    return getattr(servable, "info", {})
+
+
+class ServedModel:
+    """Model `name`'s versions under `base_path`, served as `policy` says, with `labels`
+    ({label: version}).
+
+    Construction loads what the policy wants and, with `must_load`, raises FileNotFoundError
+    when `base_path` has no version directory and ValueError when no version loads; without it
+    the model waits for versions, which a later `poll()` loads. A version that failed to load is
+    tried again by a later `poll()`, `retry_interval_s` after its first failure, then after
+    twice as long at each failure, `max_load_retries` times.
     """
 
-    def __init__(self, name, base_path, max_load_retries=5, retry_interval_s=10.0):
+    def __init__(
+        self,
+        name,
+        base_path,
+        policy: VersionPolicy = LATEST,
+        labels=None,
+        max_load_retries=5,
+        retry_interval_s=10.0,
+        must_load=True,
+    ):
         self.name = name
         self.base_path = Path(base_path)
+        self.policy = policy
+        self.labels: dict[str, int] = dict(labels or {})
         self.max_load_retries = max_load_retries
         self.retry_interval_s = retry_interval_s
         self.versions: dict[int, Servable] = {}  # every version tried, in whatever state
+        self._available: dict[int, Servable] = {}
         self._failed_loads: dict[int, FailedLoads] = {}
-        self._serving: Servable | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller = None
-        if not self.base_path.is_dir() or not version_directories(self.base_path):
+        if must_load and (not self.base_path.is_dir() or not version_directories(self.base_path)):
             raise FileNotFoundError(
                 f"no version directory under {self.base_path} "
                 f"(TensorFlow Serving's layout: {self.base_path}/1/saved_model.pb)"
             )
-        self.poll(fall_back=True)
-        if self._serving is None:
+        self.poll()
+        if must_load and not self._available:
             reasons = "; ".join(
                 f"version {s.version}: {s.error}" for s in self.versions.values() if s.error
             )
-            raise ValueError(f"no version under {self.base_path} loads: {reasons}")
+            raise ValueError(f"no version under {self.base_path} loads: {reasons or 'none wanted'}")
 
     @property
     def serving(self) -> Servable | None:
-        return self._serving
+        """The newest AVAILABLE version: the one a request without a version gets."""
+        with self._lock:
+            return self._available[max(self._available)] if self._available else None
 
     @property
     def version(self) -> int:
-        return self._serving.version
+        return self.serving.version
 
     @property
     def signatures(self):
-        return self._serving.signatures
+        return self.serving.signatures
 
     @property
     def warmup_requests(self) -> int:
-        return self._serving.warmup_requests
+        return self.serving.warmup_requests
 
-    def poll(self, fall_back=False):
-        """Loads the newest complete version not tried yet if it is newer than the one served
-        (or, with `fall_back`, the newest that loads), then unloads the one it replaces."""
+    def configure(self, policy: VersionPolicy, labels: dict[str, int]):
+        """A new policy and labels (a reloaded model config), applied by polling at once."""
+        with self._lock:
+            self.policy, self.labels = policy, dict(labels)
+        self.poll()
+
+    def poll(self):
+        """Loads the versions the policy wants that are not served yet, newest first (for
+        `latest`, until N are served: a version that fails is replaced by the next older), then
+        unloads those it no longer wants."""
         with self._poll_lock:
-            current = self._serving.version if self._serving else -1
             directories = version_directories(self.base_path) if self.base_path.is_dir() else {}
-            for version in sorted(directories, reverse=True):
-                if version <= current:
-                    return
-                if version in self.versions and not self._retry_due(version):
-                    continue  # failed: END until its retry is due, or for good
-                reason = incomplete(directories[version])
-                if reason:
-                    logger.warning("skipping version %d of %s: %s", version, self.name, reason)
-                    continue
-                if self._load(Servable(self.name, version, directories[version])):
-                    return
-                if not fall_back:
-                    return
+            candidates = sorted(set(directories) | set(self._available), reverse=True)
+            if isinstance(self.policy, Specific):
+                candidates = [v for v in candidates if v in self.policy.versions]
+            wanted = self.policy.num_versions if isinstance(self.policy, Latest) else None
+            served = []
+            for version in candidates:
+                if len(served) == wanted:
+                    break
+                if version in self._available or self._try_load(version, directories.get(version)):
+                    served.append(version)
+            for version in sorted(set(self._available) - set(served)):
+                self._unload(version)
+
+    def _try_load(self, version: int, directory: Path | None) -> bool:
+        if directory is None:
+            return False
+        if version in self._failed_loads and not self._retry_due(version):
+            return False  # failed: END until its retry is due, or for good
+        reason = incomplete(directory)
+        if reason:
+            logger.warning("skipping version %d of %s: %s", version, self.name, reason)
+            return False
+        return self._load(Servable(self.name, version, directory))
 
     def _retry_due(self, version: int) -> bool:
         failed = self._failed_loads.get(version)
@@ -138,17 +187,35 @@ class ServedModel:
                 "version %d of %s failed to load, %s; %s: %s",
                 servable.version,
                 self.name,
-                "keeping the one served" if self._serving else "none served",
+                "keeping the ones served" if self._available else "none served",
                 self._schedule_retry(servable.version),
                 servable.error,
             )
             return False
         self._failed_loads.pop(servable.version, None)
+        logger.info(
+            "version %d of %s holds %.1f MiB of weights",
+            servable.version,
+            self.name,
+            weight_bytes(servable) / 2**20,
+        )
         with self._lock:
-            previous, self._serving = self._serving, servable
-        if previous is not None:
-            previous.unload()
+            self._available[servable.version] = servable
         return True
+
+    def _unload(self, version: int):
+        """Routes no new request to `version`, then unloads it once its requests are answered."""
+        with self._lock:
+            servable = self._available.pop(version)
+            servable.state = UNLOADING
+        servable.unload()
+
+    def unload_all(self):
+        """Stops polling and unloads every version (the model was removed from the config)."""
+        self.stop_polling()
+        with self._poll_lock:
+            for version in sorted(self._available):
+                self._unload(version)
 
     def _schedule_retry(self, version: int) -> str:
         """Counts a failed load of `version` and sets when to try it again; says when."""
@@ -170,7 +237,7 @@ class ServedModel:
                 except OSError as error:  # the base path went away for a while: keep serving
                     logger.warning("cannot read %s: %s", self.base_path, error)
 
-        self._poller = threading.Thread(target=loop, name="version-poller", daemon=True)
+        self._poller = threading.Thread(target=loop, name=f"versions-{self.name}", daemon=True)
         self._poller.start()
 
     def stop_polling(self):
@@ -178,31 +245,38 @@ class ServedModel:
         if self._poller is not None:
             self._poller.join()
 
-    def acquire(self, version=None, label=None) -> Servable:
-        """The servable a request names (None: the one served), held until `release()`d."""
-        self.check_label(label)
+    def labelled(self, label) -> int:
+        """The version `label` names; TF Serving's error for a label the config does not have."""
         with self._lock:
-            servable = self._serving if version is None else self.versions.get(version)
-            if servable is None or servable.state != AVAILABLE:
-                if version is None:
+            if label not in self.labels:
+                raise bad_request(f"Unrecognized servable version label: {label}")
+            return self.labels[label]
+
+    def acquire(self, version=None, label=None) -> Servable:
+        """The servable a request names (by version, by label, or neither: the newest), held
+        until `release()`d."""
+        if label:
+            version = self.labelled(label)
+        with self._lock:
+            if version is None:
+                if not self._available:
                     raise unavailable(f"no version of {self.name} is available yet")
+                servable = self._available[max(self._available)]
+            elif version in self._available:
+                servable = self._available[version]
+            else:
                 raise not_found(f"Servable not found for request: Specific({self.name}, {version})")
             servable.acquire()
         return servable
 
-    def check_label(self, label):
-        if label:
-            raise not_found(
-                f"Servable not found for request: Labeled({self.name}, {label}): "
-                "no version labels are assigned"
-            )
+    def labels_of(self, version: int) -> list[str]:
+        with self._lock:
+            return sorted(label for label, v in self.labels.items() if v == version)
 
-    def check_name(self, name):
-        if name != self.name:
-            raise not_found(f"Servable not found for request: {name}")
-
-    def status(self, version=None) -> list[Servable]:
+    def status(self, version=None, label=None) -> list[Servable]:
         """The versions a status request asks about, newest first."""
+        if label:
+            version = self.labelled(label)
         with self._lock:
             if version is None:
                 return sorted(self.versions.values(), key=lambda s: -s.version)

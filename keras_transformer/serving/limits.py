@@ -1,4 +1,5 @@
-"""What one request may ask of the server: sentences, source length, token ids.
+"""What one request may ask of the server: sentences, source length, token ids; and how many
+REST connections the server holds at once.
 
 Checked on a request's declared shape before any array is built from it (a gRPC `TensorProto`
 declares its shape apart from its values, and `tf.make_ndarray` would allocate the declared
@@ -35,8 +36,10 @@ def declared_shape(value, rank: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may hold; the `help` of each field documents it, and `keras-transformer
-    serve`'s flags are generated from them."""
+    """What one request may hold, and how many REST connections are held at once (each holds a
+    thread: beyond the bound one is answered 503 and closed at once, so that clients stalling
+    mid-request cannot take every thread); the `help` of each field documents it, and
+    `keras-transformer serve`'s flags are generated from them."""
 
     max_sentences: int = field(
         default=64,
@@ -45,9 +48,12 @@ class Limits:
     max_source_length: int = field(
         default=2048, metadata={"help": "UTF-8 bytes of a sentence, or ids of a source_ids row"}
     )
+    max_connections: int = field(
+        default=128, metadata={"help": "REST connections held at once; beyond: 503, closed"}
+    )
 
     def __post_init__(self):
-        for name in ("max_sentences", "max_source_length"):
+        for name in ("max_sentences", "max_source_length", "max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} {getattr(self, name)} is below 1")
 

@@ -1,19 +1,23 @@
 """TensorFlow Serving's REST API over a `ModelServer`'s dispatch.
 
-- `GET /v1/models/NAME[/versions/V]`: each version's state (LOADING, AVAILABLE, UNLOADING, END);
+- `GET /v1/models/NAME[/versions/V | /labels/L]`: each version's state (LOADING, AVAILABLE,
+  UNLOADING, END);
 - `GET .../metadata`: the SignatureDefMap;
 - `POST .../NAME[/versions/V]:predict`: the row format (`"instances"` → `"predictions"`) or the
   columnar format (`"inputs"` → `"outputs"`) and `"signature_name"`; strings may be given as
   `{"b64": ...}`;
-- `GET /monitoring/prometheus/metrics`: the Prometheus metrics.
+- `GET /monitoring/prometheus/metrics`: the Prometheus metrics;
+- `GET /v1/models` (ours, not TF Serving's): every model and version, with its state, labels,
+  weight bytes and languages.
 
 Other APIs on the same port (LibreTranslate's, the web page) are `apps` of the server: each is
 asked first, with a `Request`, and answers with a `Reply`, or None when the request is not its.
 
-A version label (`/labels/L`) is never assigned here, so it is not found. Errors are
-`{"error": "..."}` with the status of `errors.ServingError`. Bodies are read by Content-Length or
-chunked transfer encoding, up to a size limit; a client that stalls mid-request is dropped after
-the socket timeout.
+A version label (`/labels/L`) is one of the model config's `version_labels`. Errors are
+`{"error": "..."}` with the status of `errors.ServingError`; a version in the path is an int64,
+as in TF Serving. Bodies are read by Content-Length or chunked transfer encoding, up to a size
+limit; a client that stalls mid-request is dropped after the socket timeout, and beyond
+`Limits.max_connections` connections at once a new one is answered 503 and closed.
 """
 
 import base64
@@ -21,6 +25,10 @@ import binascii
 import json
 import logging
 import re
+import selectors
+import socket
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import Message
@@ -32,9 +40,13 @@ import numpy as np
 from google.protobuf import json_format
 
 from keras_transformer.serving.errors import ServingError, bad_request, not_found, too_large
+from keras_transformer.serving.lifecycle import model_info, weight_bytes
 from keras_transformer.serving.metrics import METRICS_PATH
 
 logger = logging.getLogger(__name__)
+
+MODELS_PATH = "/v1/models"
+INT64_MAX = 2**63 - 1
 
 ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
@@ -168,8 +180,40 @@ def metadata_reply(servable) -> dict:
     }
 
 
+def models_reply(models) -> dict:
+    """`GET /v1/models` (ours, not TF Serving's): each of `models` (`ServedModel`s), each
+    version's state, labels, weight bytes and languages."""
+    return {
+        "models": [
+            {"name": model.name, "versions": [_version_entry(model, s) for s in model.status()]}
+            for model in models
+        ]
+    }
+
+
+def _version_entry(model, servable) -> dict:
+    info = model_info(servable)
+    return {
+        "version": servable.version,
+        "state": servable.state,
+        "labels": model.labels_of(servable.version),
+        "weight_bytes": weight_bytes(servable),
+        "source_language": info.get("source_language"),
+        "target_language": info.get("target_language"),
+    }
+
+
 def _version(match):
-    return None if match["version"] is None else int(match["version"])
+    """The path's version: an int64, as TF Serving's; a longer number is refused before Python
+    converts it (past 4,300 digits its conversion raises)."""
+    text = match["version"]
+    if text is None:
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(INT64_MAX)) or int(digits) > INT64_MAX:
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+        raise bad_request(f"Failed to convert version: {shown} to numeric.")
+    return int(digits)
 
 
 def handler_class(server):
@@ -197,6 +241,9 @@ def handler_class(server):
             path = self.path.split("?")[0]
             if method == "GET" and path == METRICS_PATH:
                 return server.metrics.exposition(), "text/plain; version=0.0.4"
+            if method == "GET" and path.rstrip("/") == MODELS_PATH:
+                reply = models_reply(server.models.all())
+                return json.dumps(reply).encode("utf-8"), "application/json"
             match = ROUTE.match(path)
             if not match:
                 raise not_found(f"Malformed request: {method} {self.path}")
@@ -327,8 +374,99 @@ def handler_class(server):
     return Handler
 
 
+REFUSAL_BODY = b'{"error": "too many connections at once; try again later"}'
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(REFUSAL_BODY), REFUSAL_BODY)
+)
+
+
+class Refusals:
+    """Connections refused for want of a thread, answered by one thread for them all: each is
+    sent 503 at once, then read and dropped until the client closes it or `linger_s` passes, so
+    that the client can send its request and read the reply (a socket closed with bytes unread
+    is reset, and the reply lost with it). The thread runs while there are such connections."""
+
+    def __init__(self, linger_s=2.0):
+        self.linger_s = linger_s
+        self._selector = selectors.DefaultSelector()
+        self._arrived: list[socket.socket] = []
+        self._running = False
+        self._lock = threading.Lock()
+
+    def refuse(self, connection: socket.socket):
+        connection.setblocking(False)
+        try:
+            connection.sendall(REFUSAL)  # a fresh socket's buffer takes it whole
+            connection.shutdown(socket.SHUT_WR)
+        except OSError:  # the client has gone
+            connection.close()
+            return
+        with self._lock:
+            self._arrived.append(connection)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._drop_when_done, name="refusals", daemon=True).start()
+
+    def _drop_when_done(self):
+        while True:
+            with self._lock:
+                arrived, self._arrived = self._arrived, []
+                if not arrived and not self._selector.get_map():
+                    self._running = False
+                    return
+            for connection in arrived:
+                self._selector.register(connection, selectors.EVENT_READ, time.monotonic())
+            for key, _ in self._selector.select(timeout=0.05):
+                if not _read_some(key.fileobj):
+                    self._drop(key.fileobj)
+            now = time.monotonic()
+            for key in list(self._selector.get_map().values()):
+                if now - key.data > self.linger_s:
+                    self._drop(key.fileobj)
+
+    def _drop(self, connection):
+        self._selector.unregister(connection)
+        connection.close()
+
+
+def _read_some(connection) -> bool:
+    """Reads what `connection` holds; False once the client has closed it, or it failed."""
+    try:
+        return bool(connection.recv(65536))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
 class QueueingHTTPServer(ThreadingHTTPServer):
-    """A thread a connection; connections wait in the backlog rather than being refused."""
+    """A thread a connection, `max_connections` at most: beyond them, a connection is answered
+    503 and closed by `Refusals`' one thread, which starts none for it. Connections not yet
+    accepted wait in the backlog."""
 
     daemon_threads = True
     request_queue_size = 256
+
+    def __init__(self, address, handler, max_connections: int):
+        super().__init__(address, handler)
+        self.max_connections = max_connections
+        self._connections = 0
+        self._counting = threading.Lock()
+        self._refusals = Refusals()
+
+    def process_request(self, request, client_address):
+        with self._counting:
+            refused = self._connections >= self.max_connections
+            self._connections += not refused
+        if refused:
+            self._refusals.refuse(request)
+        else:
+            super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._counting:
+                self._connections -= 1

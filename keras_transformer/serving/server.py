@@ -1,9 +1,9 @@
-"""A server that speaks TensorFlow Serving's REST and gRPC APIs over an exported base path.
+"""A server that speaks TensorFlow Serving's REST and gRPC APIs over exported base paths.
 
 TensorFlow Serving's own binary cannot be installed everywhere (not on this project's CPU
 machines), so `keras-transformer serve` answers the same requests over the same directory layout
-(`<base>/<version>/`), for local use and tests. In production, the stock container serves the
-same directory unchanged:
+(`<base>/<version>/`), for one model or the models of a model config file, for local use and
+tests. In production, the stock container serves the same directory unchanged:
 
     docker run -p 8500:8500 -p 8501:8501 \\
         -v "$PWD/saved_models/m30k-ende:/models/m30k-ende" -e MODEL_NAME=m30k-ende \\
@@ -13,11 +13,13 @@ The parts, one a module:
 
 - `rest` and `grpc_service`: the two APIs (`grpc_service` through the official
   `tensorflow-serving-api` servicers, so its client stubs work);
-- `lifecycle`: the versions under the base path, polled, loaded (warm-up requests included),
-  served and unloaded as TF Serving's latest-version policy does;
+- `model_config` and `model_manager`: the models by name, from TF Serving's model config file,
+  polled and reloaded without failing a request;
+- `lifecycle`: the versions under a base path, polled, loaded (warm-up requests included),
+  served and unloaded as TF Serving's version policies do;
 - `batching`: the bounded queue and server-side batching (TF Serving's batching parameters);
 - `limits`: what one request may ask, checked before anything of its size is built;
-- `metrics`: Prometheus metrics at `/monitoring/prometheus/metrics`;
+- `metrics`: Prometheus metrics at `/monitoring/prometheus/metrics`, by model;
 - this module: the dispatch both APIs share (deadlines, in-flight requests, metrics) and the
   server's start, graceful drain (on SIGTERM and SIGINT in `keras-transformer serve`) and stop.
 
@@ -38,9 +40,11 @@ from keras_transformer.errors import KerasTransformerError
 from keras_transformer.serving import grpc_service, rest
 from keras_transformer.serving.batching import BatchingParameters, BatchScheduler, Task, batch_key
 from keras_transformer.serving.errors import ServingError, deadline_exceeded, unavailable
-from keras_transformer.serving.lifecycle import ServedModel
+from keras_transformer.serving.lifecycle import weight_bytes
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.metrics import ServingMetrics
+from keras_transformer.serving.model_manager import ModelManager
+from keras_transformer.serving.servable import AVAILABLE
 
 logger = logging.getLogger(__name__)
 
@@ -48,23 +52,25 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 class ModelServer:
-    """REST and gRPC front ends of one `ServedModel`; port 0 picks a free port.
+    """REST and gRPC front ends of the models of a `ModelManager`; port 0 picks a free port.
 
     `rest_api_timeout_in_ms` is a REST request's deadline (TF Serving's flag of that name);
     a gRPC request's is its RPC's. `socket_timeout_s`: how long a REST connection may stall.
-    `poll_seconds`: how often the base path is looked at for new versions (None: never).
+    `poll_seconds`: how often each base path is looked at for new versions (None: never); the
+    manager's config file is polled as the manager says.
     `apps`: other APIs on the REST port (`rest.Request` -> `rest.Reply` or None), asked in turn
     before TF Serving's routes; append to it before `start()`.
 
     Example (not run as a doctest: it binds ports)::
 
-        server = ModelServer(ServedModel("m30k-ende", "saved_models/m30k-ende"), rest_port=8501)
+        models = ModelManager.from_configs([ModelConfig("m30k-ende", "saved_models/m30k-ende")])
+        server = ModelServer(models, rest_port=8501)
         server.start()   # returns at once; server.drain() answers what is in flight and ends it
     """
 
     def __init__(
         self,
-        model: ServedModel,
+        models: ModelManager,
         host="127.0.0.1",
         rest_port=8501,
         grpc_port=8500,
@@ -76,13 +82,13 @@ class ModelServer:
         socket_timeout_s=30.0,
         poll_seconds=None,
     ):
-        self.model = model
+        self.models = models
         self.limits = limits or Limits()
         self.max_body_bytes = max_body_bytes
         self.rest_api_timeout_in_ms = rest_api_timeout_in_ms
         self.socket_timeout_s = socket_timeout_s
         self.poll_seconds = poll_seconds
-        self.metrics = ServingMetrics()
+        self.metrics = ServingMetrics(self._weight_bytes)
         self.apps: list = []
         self.scheduler = BatchScheduler(batching or BatchingParameters(), self.metrics)
         self._in_flight = 0
@@ -90,7 +96,9 @@ class ModelServer:
         self._draining = False
         self._changed = threading.Condition()
         try:
-            self._http = rest.QueueingHTTPServer((host, rest_port), rest.handler_class(self))
+            self._http = rest.QueueingHTTPServer(
+                (host, rest_port), rest.handler_class(self), self.limits.max_connections
+            )
         except OSError as error:
             self.scheduler.close()
             raise OSError(f"cannot listen for REST on {host}:{rest_port}: {error}") from None
@@ -114,18 +122,18 @@ class ModelServer:
     def start(self):
         self._grpc.start()
         self._thread.start()
-        if self.poll_seconds:
-            self.model.start_polling(self.poll_seconds)
+        self.models.start_polling(self.poll_seconds)
         host = self._http.server_address[0]
-        logger.info(
-            "serving %s: REST http://%s:%d/v1/models/%s, gRPC %s:%d",
-            self.model.name,
-            host,
-            self.rest_port,
-            self.model.name,
-            host,
-            self.grpc_port,
-        )
+        for model in self.models.all():
+            logger.info(
+                "serving %s: REST http://%s:%d/v1/models/%s, gRPC %s:%d",
+                model.name,
+                host,
+                self.rest_port,
+                model.name,
+                host,
+                self.grpc_port,
+            )
         return self
 
     # -- dispatch, shared by both APIs ---------------------------------------------------------
@@ -134,8 +142,10 @@ class ModelServer:
         return time.monotonic() + self.rest_api_timeout_in_ms / 1000
 
     @contextmanager
-    def _counted(self, api):
-        """A request in flight: refused while draining, counted in the metrics."""
+    def _counted(self, api, name):
+        """A request in flight to model `name`: refused while draining, counted in the metrics
+        (under its model's name, or "" for a name no model has, so that any name a client
+        sends does not become a metric of its own)."""
         with self._changed:
             if self._draining:
                 raise unavailable("the server is shutting down")
@@ -150,8 +160,9 @@ class ModelServer:
             status = "INTERNAL"
             raise
         finally:
-            self.metrics.requests.labels(api, status).inc()
-            self.metrics.latency.labels(api).observe(time.perf_counter() - start)
+            model = name if self.models.known(name) else ""
+            self.metrics.requests.labels(api, model, status).inc()
+            self.metrics.latency.labels(api, model).observe(time.perf_counter() - start)
             with self._changed:
                 self._in_flight -= 1
                 self._changed.notify_all()
@@ -174,10 +185,10 @@ class ModelServer:
     ) -> dict:
         """Outputs of a predict request: `to_arrays(servable, signature)` gives its checked
         inputs; it waits in the batch queue until `deadline` (a `time.monotonic()` value);
-        `on_cancel(callback)` registers what to call if the client goes away."""
-        with self._counted(api):
-            self.model.check_name(name)
-            servable = self.model.acquire(version, label)
+        `on_cancel(callback)` registers what to call if the client goes away. It shares a model
+        call with other requests of the same model, version and signature."""
+        with self._counted(api, name):
+            servable = self.models.get(name).acquire(version, label)
             try:
                 signature, _ = servable.signature(signature_name)
                 arrays = to_arrays(servable, signature)
@@ -185,8 +196,9 @@ class ModelServer:
                     run=partial(servable.run, signature),
                     arrays=arrays,
                     rows=next((len(a) for a in arrays.values() if a.ndim), 1),
-                    key=batch_key(arrays, (servable.version, signature)),
+                    key=batch_key(arrays, (servable.name, servable.version, signature)),
                     deadline=deadline,
+                    model=servable.name,
                 )
                 if on_cancel is not None:
                     on_cancel(task.cancel)
@@ -201,21 +213,27 @@ class ModelServer:
                 servable.release()
 
     def status_servables(self, name, version=None, label=None):
-        self.model.check_name(name)
-        self.model.check_label(label)
-        return self.model.status(version)
+        return self.models.get(name).status(version, label)
 
     def status(self, name, version=None, label=None) -> dict:
         return rest.status_reply(self.status_servables(name, version, label))
 
     def metadata_servable(self, name, version=None, label=None):
-        self.model.check_name(name)
-        servable = self.model.acquire(version, label)
+        servable = self.models.get(name).acquire(version, label)
         servable.release()
         return servable
 
     def metadata(self, name, version=None, label=None) -> dict:
         return rest.metadata_reply(self.metadata_servable(name, version, label))
+
+    def _weight_bytes(self):
+        """(model, version, bytes of its weights) of each AVAILABLE version, for the metrics."""
+        return [
+            (model.name, servable.version, weight_bytes(servable))
+            for model in self.models.all()
+            for servable in model.status()
+            if servable.state == AVAILABLE
+        ]
 
     # -- the end -------------------------------------------------------------------------------
 
@@ -224,7 +242,7 @@ class ModelServer:
         logger.info("draining: answering %d requests in flight", self._in_flight)
         with self._changed:
             self._draining = True
-        self.model.stop_polling()
+        self.models.stop_polling()
         if self._thread.is_alive():
             self._http.shutdown()
         self._http.server_close()  # new connections are refused, not left in the backlog

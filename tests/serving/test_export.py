@@ -19,13 +19,13 @@ from keras_transformer import cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.saved_model import (
     WARMUP_REQUESTS,
     TranslationModule,
     versions,
     warmup_requests,
 )
-from keras_transformer.serving.server import ServedModel
 from keras_transformer.serving.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID

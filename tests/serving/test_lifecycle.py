@@ -19,6 +19,7 @@ import pytest
 from keras_transformer import cli
 from keras_transformer.serving import lifecycle
 from keras_transformer.serving.lifecycle import ServedModel, version_directories
+from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.server import ModelServer
 from repo_paths import REPO_ROOT
 from waiting import wait_until
@@ -64,7 +65,7 @@ def test_versions_swap_in_and_a_corrupt_one_leaves_the_previous_serving(exported
     base = tmp_path / NAME
     shutil.copytree(exported / "1", base / "1")
     model = ServedModel(NAME, base)
-    server = ModelServer(model, rest_port=0, grpc_port=0).start()
+    server = ModelServer(ModelManager([model]), rest_port=0, grpc_port=0).start()
     try:
         corrupt(base / "2")
         (base / "3").mkdir()  # half-copied: nothing in it yet

@@ -25,8 +25,11 @@ from tensorflow_serving.apis import (
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.batching import BatchingParameters
+from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.server import ModelServer, ServedModel
+from keras_transformer.serving.model_manager import ModelManager
+from keras_transformer.serving.server import ModelServer
+from serving_clients import http, predict_request
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
@@ -45,7 +48,7 @@ def expected(run_dir):
     return load_run(run_dir).translate(SENTENCES, SearchSettings(beam_size=4, alpha=0.6))
 
 
-LIMITS = Limits(max_sentences=8, max_source_length=200)
+LIMITS = Limits(max_sentences=8, max_source_length=200, max_connections=32)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +56,14 @@ def model(exported):
     return ServedModel(NAME, exported)
 
 
-def started(model, **options):
+def started(model, limits=LIMITS, **options):
     return ModelServer(
-        model, rest_port=0, grpc_port=0, max_body_bytes=64 * 1024, limits=LIMITS, **options
+        ModelManager([model]),
+        rest_port=0,
+        grpc_port=0,
+        max_body_bytes=64 * 1024,
+        limits=limits,
+        **options,
     ).start()
 
 
@@ -72,17 +80,6 @@ def batched_server(model):
     server = started(model, batching=batching)
     yield server
     server.stop()
-
-
-def http(server, path, body=None, raw=None):
-    """(status, JSON reply) of a GET (no body) or POST to the REST port."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(f"http://127.0.0.1:{server.rest_port}{path}", data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 PREDICT = f"/v1/models/{NAME}:predict"
@@ -172,7 +169,19 @@ def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),), alpha=0.
         (PREDICT, ids_request(beam_size=2**40), 400, "holds 1099511627776"),
         (PREDICT, b"[" * 30000 + b"]" * 30000, 400, "nested too deeply"),
         (f"/v1/models/{NAME}/versions/0:predict", b'{"instances": ["a"]}', 404, "0"),
-        (f"/v1/models/{NAME}/labels/stable:predict", b'{"instances": ["a"]}', 404, "stable"),
+        (
+            f"/v1/models/{NAME}/labels/stable:predict",
+            b'{"instances": ["a"]}',
+            400,
+            "Unrecognized servable version label: stable",
+        ),
+        (
+            f"/v1/models/{NAME}/versions/{'9' * 5000}:predict",
+            b'{"instances": ["a"]}',
+            400,
+            f"Failed to convert version: {'9' * 20}...(5000 digits) to numeric",
+        ),
+        (f"/v1/models/{NAME}/versions/{2**63}", None, 400, f"version: {2**63} to numeric"),
     ],
 )
 def test_bad_requests_get_their_status_and_the_server_keeps_serving(
@@ -268,23 +277,14 @@ def test_answers_under_batching_equal_answers_one_at_a_time(server, batched_serv
     assert [b["translations"] for b in batched] == [a["translations"] for a in alone]
     assert [b["scores"] for b in batched] == pytest.approx([a["scores"] for a in alone], rel=1e-5)
     registry = batched_server.metrics.registry
-    calls = registry.get_sample_value("keras_transformer_serving_batch_size_count")
-    rows = registry.get_sample_value("keras_transformer_serving_batch_size_sum")
+    model = {"model": NAME}
+    calls = registry.get_sample_value("keras_transformer_serving_batch_size_count", model)
+    rows = registry.get_sample_value("keras_transformer_serving_batch_size_sum", model)
     assert rows == len(sentences) and calls < len(sentences)  # some requests shared a call
 
 
 def grpc_request(inputs, signature_name="serving_default", **spec):
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = NAME
-    request.model_spec.signature_name = signature_name
-    for field, value in spec.items():
-        if field == "version":
-            request.model_spec.version.value = value
-        else:
-            setattr(request.model_spec, field, value)
-    for name, value in inputs.items():
-        request.inputs[name].CopyFrom(value)
-    return request
+    return predict_request(NAME, inputs, signature_name, **spec)
 
 
 def grpc_error(server, request):
@@ -314,11 +314,14 @@ def test_grpc_refuses_oversized_shapes_before_building_them(server):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "holds -3" in details
 
 
-def test_grpc_version_zero_and_unassigned_labels_are_not_found(server):
+def test_grpc_version_zero_is_not_found_and_an_unknown_label_is_invalid(server):
     text = {"text": tf.make_tensor_proto(["A dog."])}
     assert grpc_error(server, grpc_request(text, version=0))[0] == grpc.StatusCode.NOT_FOUND
     labelled = grpc_request(text, version_label="stable")
-    assert grpc_error(server, labelled)[0] == grpc.StatusCode.NOT_FOUND
+    assert grpc_error(server, labelled) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Unrecognized servable version label: stable",
+    )
     assert grpc_stub(server).Predict(grpc_request(text, version=1), timeout=60).outputs
 
 
@@ -344,7 +347,7 @@ def test_grpc_model_status_reports_the_version_state(server):
 
 def test_a_second_server_on_the_grpc_port_fails_clearly(model, server):
     with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{server.grpc_port}"):
-        ModelServer(model, rest_port=0, grpc_port=server.grpc_port)
+        ModelServer(ModelManager([model]), rest_port=0, grpc_port=server.grpc_port)
 
 
 def test_a_chunked_body_is_read_as_one_request(server):
@@ -369,6 +372,32 @@ def test_a_stalled_connection_is_closed_and_the_server_keeps_serving(server):
     assert http(server, f"/v1/models/{NAME}")[0] == 200
 
 
+def answers(server) -> bool:
+    try:
+        return http(server, f"/v1/models/{NAME}")[0] == 200
+    except OSError:  # refused: the connections are not closed yet
+        return False
+
+
+def test_connections_beyond_the_limit_are_refused_at_once_and_the_server_keeps_serving(model):
+    # The stalled connections never time out here: only the bound keeps threads for others.
+    server = started(model, Limits(max_connections=4), socket_timeout_s=600.0)
+    try:
+        stalled = [socket.create_connection(("127.0.0.1", server.rest_port)) for _ in range(4)]
+        for connection in stalled:  # 99 bytes short of its body: each holds a thread
+            connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 100\r\n\r\n{{".encode())
+        # Connections are accepted in the order they came: these ten find the four held.
+        refused = [http(server, PREDICT, {"instances": ["A dog."]}) for _ in range(10)]
+        error = {"error": "too many connections at once; try again later"}
+        assert refused == [(503, error)] * 10
+        for connection in stalled:
+            connection.close()
+        wait_until(lambda: answers(server))
+        assert http(server, PREDICT, {"instances": ["A dog."]})[0] == 200
+    finally:
+        server.stop()
+
+
 def test_metrics_count_requests_by_status(server):
     http(server, PREDICT, {"instances": ["A dog."]})
     http(server, PREDICT, {"instances": ["a"] * 9})
@@ -377,8 +406,10 @@ def test_metrics_count_requests_by_status(server):
     )
     with urllib.request.urlopen(request, timeout=60) as reply:
         text = reply.read().decode()
-    assert 'keras_transformer_serving_requests_total{api="rest",status="OK"}' in text
-    assert 'keras_transformer_serving_requests_total{api="rest",status="INVALID_ARGUMENT"}' in text
+    ok = f'keras_transformer_serving_requests_total{{api="rest",model="{NAME}",status="OK"}}'
+    assert ok in text
+    assert f'{{api="rest",model="{NAME}",status="INVALID_ARGUMENT"}}' in text
+    assert f'keras_transformer_serving_model_weight_bytes{{model="{NAME}",version="1"}}' in text
     assert "keras_transformer_serving_queue_depth" in text
 
 
@@ -407,7 +438,7 @@ def test_drain_waits_for_a_reply_still_being_written(model, monkeypatch):
 
     monkeypatch.setattr(BaseHTTPRequestHandler, "end_headers", end_headers_then_wait)
     server = started(model)
-    answered = {"api": "rest", "status": "OK"}
+    answered = {"api": "rest", "model": NAME, "status": "OK"}
     with ThreadPoolExecutor(2) as pool:
         reply = pool.submit(http, server, PREDICT, {"instances": ["A dog runs."]})
         wait_until(

@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.serving.lifecycle import ServedModel
+from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.rest import Request
-from keras_transformer.serving.server import ModelServer, ServedModel
+from keras_transformer.serving.server import ModelServer
 from keras_transformer.serving.web_page import FILES, WebPage
 from waiting import wait_until
 
@@ -92,7 +94,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(exported):
-    server = ModelServer(ServedModel(NAME, exported), rest_port=0, grpc_port=0)
+    server = ModelServer(ModelManager([ServedModel(NAME, exported)]), rest_port=0, grpc_port=0)
     server.apps.append(WebPage())
     server.start()
     yield server

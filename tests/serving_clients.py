@@ -1,0 +1,34 @@
+"""Clients of a test's `ModelServer`: plain HTTP on its REST port, and gRPC `PredictRequest`s."""
+
+import json
+import urllib.error
+import urllib.request
+
+from tensorflow_serving.apis import predict_pb2
+
+
+def http(server, path, body=None, raw=None):
+    """(status, JSON reply) of a GET (no body) or a POST of `body` as JSON (or `raw` bytes)."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(f"http://127.0.0.1:{server.rest_port}{path}", data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def predict_request(model, inputs, signature_name="serving_default", **spec):
+    """A `PredictRequest` to `model` of `inputs` (TensorProtos by name); `spec` sets the model
+    spec's `version` or `version_label`."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature_name
+    for field, value in spec.items():
+        if field == "version":
+            request.model_spec.version.value = value
+        else:
+            setattr(request.model_spec, field, value)
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(value)
+    return request
