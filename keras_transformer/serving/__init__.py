@@ -4,4 +4,5 @@
 - `tflite`: a LiteRT (TFLite) model of builtin ops.
 - `server`: a TF-Serving-compatible REST and gRPC endpoint over an export base path, with
   `rest`, `grpc_service`, `lifecycle`, `batching`, `limits`, `metrics` and `errors`.
+- `web_page`: the web page at `/` on the REST port (its files in `web/`).
 """
