@@ -252,12 +252,28 @@ def test_errors_are_shown_as_text(browser, server):
     from selenium.webdriver.common.keys import Keys
 
     load(browser, server)
-    # A model the server does not have (one removed since the page loaded, say).
+    source = element(browser, "#source")
+    source.send_keys(Keys.ENTER)  # nothing to translate
+    assert element(browser, "[role=alert]").text == "Type a sentence to translate."
+    source.send_keys("A dog.", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "A cat.")  # a new line only
+    assert source.get_attribute("value") == "A dog.\nA cat."
+    assert elements(browser, "#result[hidden]")
+
+    # The network gone (the browser offline): the page says so.
+    browser.execute_cdp_cmd("Network.enable", {})
+    offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+    browser.execute_cdp_cmd("Network.emulateNetworkConditions", offline)
+    try:
+        source.send_keys(Keys.ENTER)
+        wait_until(lambda: "cannot be reached" in element(browser, "[role=alert]").text)
+    finally:
+        browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})
+
+    # A model the server does not have (one removed since the page loaded, say): its error.
     browser.execute_script("document.querySelector('#model option').value = 'gone'")
-    element(browser, "#source").send_keys(SENTENCE, Keys.ENTER)
-    wait_until(lambda: element(browser, "#error").text)
-    alert = element(browser, "[role=alert]").text
-    assert "404" in alert and "gone" in alert, alert
+    source.send_keys(Keys.ENTER)
+    wait_until(lambda: "404" in element(browser, "[role=alert]").text)
+    assert "Servable not found for request: gone" in element(browser, "[role=alert]").text
     assert elements(browser, "#result[hidden]")
     # No script error and nothing the Content-Security-Policy refused, in any of the tests.
     console = [entry["message"] for entry in browser.get_log("browser")]
