@@ -61,17 +61,6 @@ def version_directories(base: Path) -> dict[int, Path]:
     return {version: paths[0] for version, paths in found.items() if len(paths) == 1}
 
 
-# TODO(lead): at the merge with part D, read `servable.weight_bytes` and `servable.info` directly.
-def weight_bytes(servable: Servable) -> int:
-    """Bytes of the loaded version's variables (memory cannot be split within one process)."""
-    return getattr(servable, "weight_bytes", 0)
-
-
-def model_info(servable: Servable) -> dict:
-    """The export's `model_info.json` (its languages, ...); {} for an export without it."""
-    return getattr(servable, "info", {})
-
-
 class ServedModel:
     """Model `name`'s versions under `base_path`, served as `policy` says, with `labels`
     ({label: version}).
@@ -197,7 +186,7 @@ class ServedModel:
             "version %d of %s holds %.1f MiB of weights",
             servable.version,
             self.name,
-            weight_bytes(servable) / 2**20,
+            servable.weight_bytes / 2**20,
         )
         with self._lock:
             self._available[servable.version] = servable

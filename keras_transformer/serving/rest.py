@@ -40,7 +40,6 @@ import numpy as np
 from google.protobuf import json_format
 
 from keras_transformer.serving.errors import ServingError, bad_request, not_found, too_large
-from keras_transformer.serving.lifecycle import model_info, weight_bytes
 from keras_transformer.serving.metrics import METRICS_PATH
 
 logger = logging.getLogger(__name__)
@@ -192,12 +191,12 @@ def models_reply(models) -> dict:
 
 
 def _version_entry(model, servable) -> dict:
-    info = model_info(servable)
+    info = servable.info
     return {
         "version": servable.version,
         "state": servable.state,
         "labels": model.labels_of(servable.version),
-        "weight_bytes": weight_bytes(servable),
+        "weight_bytes": servable.weight_bytes,
         "source_language": info.get("source_language"),
         "target_language": info.get("target_language"),
     }

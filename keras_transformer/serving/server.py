@@ -40,7 +40,6 @@ from keras_transformer.errors import KerasTransformerError
 from keras_transformer.serving import grpc_service, rest
 from keras_transformer.serving.batching import BatchingParameters, BatchScheduler, Task, batch_key
 from keras_transformer.serving.errors import ServingError, deadline_exceeded, unavailable
-from keras_transformer.serving.lifecycle import weight_bytes
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.model_manager import ModelManager
@@ -229,7 +228,7 @@ class ModelServer:
     def _weight_bytes(self):
         """(model, version, bytes of its weights) of each AVAILABLE version, for the metrics."""
         return [
-            (model.name, servable.version, weight_bytes(servable))
+            (model.name, servable.version, servable.weight_bytes)
             for model in self.models.all()
             for servable in model.status()
             if servable.state == AVAILABLE
