@@ -7,14 +7,22 @@ peak resident memory is read from /proc at the end). `--part load`: for batching
 `--clients` concurrent clients × `--requests` `:predict` requests each (one real Multi30k test
 sentence a request, `serving_default`: beam 4, α 0.6) over REST, then the same over gRPC with
 the official `tensorflow-serving-api` stub, after one warm-up request per sentence; one JSON
-line per API and mode: requests/s, p50/p99 latency, errors, peak RSS. `--part faults`: the
+line per API and mode: requests/s, p50/p99 latency, errors, peak RSS, and the server's batches
+(count and mean sentences, from its metrics). With `--run` (the training run the export was made
+from), a profile of what a batch spends follows, one line: each sentence's decoding steps alone
+(a sentence leaves the compacted search's batch when its own search ends, so this is its time
+in any batch); for batches of the server's mean size, the steps against the longest sentence's,
+the rows alive per step and the source padding; and the SavedModel's time per step at each live
+batch size, which together estimate how much of a batch's time goes to its longest sentence.
+The record's first line names the model (base path, version, export options). `--part faults`: the
 probes of a hardened server, one JSON line each: 200 stalled connections, a 100k-token
 sentence, an oversized gRPC shape, a REST version path of 5,000 digits, a new version dropped
 in mid-load, SIGTERM mid-load.
 Records go to benchmarks/results/serving-<part>-<UTC stamp>.jsonl.
 
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part load \
-        [--batching off on --num-batch-threads 2 --clients 32 --requests 50]
+        --run runs/m30k-ende [--batching off on --num-batch-threads 2 --batch-timeout-micros 50000 \
+        --clients 32 --requests 50]
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part faults
 """
 
@@ -36,9 +44,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+from keras_transformer.decoding.translator import load_run
+from keras_transformer.serving.layout import WARMUP_REQUESTS
+from keras_transformer.serving.saved_model import versions
 from pipelines.corpus import read_lines
 
 NAME = "bench"
@@ -133,6 +145,21 @@ def load(server, api, sentences, clients, requests):
     }
 
 
+def batch_totals(server) -> tuple[float, float]:
+    """The server's model calls so far and the sentences they decoded, from its batch-size
+    histogram (summed over its labels)."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{server.rest_port}/monitoring/prometheus/metrics", timeout=60
+    ) as reply:
+        text = reply.read().decode()
+
+    def total(name):
+        pattern = rf"^keras_transformer_serving_batch_size_{name}(?:{{[^}}]*}})? (\S+)$"
+        return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
+
+    return total("count"), total("sum")
+
+
 def batching_flags(mode, args):
     if mode == "off":
         return []
@@ -142,26 +169,141 @@ def batching_flags(mode, args):
         str(args.clients),
         "--num-batch-threads",
         str(args.num_batch_threads),
+        "--batch-timeout-micros",
+        str(args.batch_timeout_micros),
     ]
 
 
+def served_model(base_path) -> dict:
+    """The export the servers load: its newest version, and whether it searches with XLA (only
+    such an export holds warm-up requests)."""
+    version = versions(base_path)[-1]
+    jit_compile = (base_path / str(version) / WARMUP_REQUESTS).exists()
+    return {"model_base_path": str(base_path), "version": version, "jit_compile": jit_compile}
+
+
 def load_part(args, sentences):
-    records = []
+    records = [{"benchmark": "serving-load", "model": served_model(args.model_base_path)}]
+    print(json.dumps(records[-1]), flush=True)
+    mean_batches = []
     for mode in args.batching:
         server = Server(args.model_base_path, *batching_flags(mode, args))
         for sentence in sentences:  # the first calls of a loaded SavedModel are the slowest
             rest_predict(server, [sentence])
         for api in ("rest", "grpc"):
+            before = batch_totals(server)
             record = load(server, api, sentences, args.clients, args.requests)
+            batches, decoded = np.subtract(batch_totals(server), before)
+            mean_batch = round(decoded / max(batches, 1), 1)
+            mean_batches.append(mean_batch)
             threads = args.num_batch_threads if mode == "on" else 4
-            record = {"batching": mode, "num_batch_threads": threads, **record}
+            record = {
+                "batching": mode,
+                "num_batch_threads": threads,
+                "batch_timeout_micros": args.batch_timeout_micros if mode == "on" else None,
+                **record,
+                "batches": int(batches),
+                "mean_batch_sentences": mean_batch,
+            }
             records.append({"benchmark": "serving-load", **record})
             print(json.dumps(records[-1]), flush=True)
         rss = server.peak_rss_mib()
         for record in records[-2:]:
             record["server_peak_rss_mib"] = rss
         server.stop()
+    if args.run is not None:
+        batch_size = max(1, round(max(mean_batches)))
+        records.append({"benchmark": "serving-profile", **profile(args, sentences, batch_size)})
+        print(json.dumps(records[-1]), flush=True)
     return records
+
+
+def steps_alone(run, sentences) -> tuple[list, list]:
+    """Each sentence's source length (subwords with EOS) and the steps `serving_default`'s
+    search (beam 4, α 0.6, best hypothesis exact) runs for it alone."""
+    translator = load_run(run)
+    rows = translator.encode_sentences(sentences)
+    steps = [int(translator.decode_n_best(np.array([row])).steps[0]) for row in rows]
+    return [len(row) for row in rows], steps
+
+
+def seconds_per_step(base_path, sentence, steps, sizes=(1, 2, 4, 8, 16, 32)) -> dict:
+    """The SavedModel's seconds per decoding step with `n` sentences alive throughout: `n`
+    copies of `sentence` (which runs `steps` steps), best of 3 after a first call."""
+    signature = tf.saved_model.load(str(base_path / str(versions(base_path)[-1])))
+    serve = signature.signatures["serving_default"]
+    timings = {}
+    for n in sizes:
+        text = tf.constant([sentence] * n)
+        serve(text=text)
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            serve(text=text)
+            best = min(best, time.perf_counter() - start)
+        timings[n] = best / steps
+    return timings
+
+
+def profile(args, sentences, batch_size) -> dict:
+    """What batches of `batch_size` of the load's sentences spend (module docstring)."""
+    lengths, steps = steps_alone(args.run, sentences)
+    typical = int(np.argsort(steps)[len(steps) // 2])
+    per_step = seconds_per_step(args.model_base_path, sentences[typical], steps[typical])
+    sizes = sorted(per_step)
+
+    def step_seconds(alive):
+        return np.interp(alive, sizes, [per_step[n] for n in sizes])
+
+    batches = []
+    for start in range(0, len(sentences) - batch_size + 1, batch_size):
+        these = np.array(steps[start : start + batch_size])
+        widths = np.array(lengths[start : start + batch_size])
+        alive = np.array([(these > t).sum() for t in range(these.max())])
+        seconds = step_seconds(alive)
+        batches.append(
+            {
+                "longest_steps": int(these.max()),
+                "mean_steps": float(these.mean()),
+                "hypothesis_steps_share": float(these.sum() / (these.max() * len(these))),
+                "source_padding_share": float(1 - widths.sum() / (widths.max() * len(widths))),
+                "alive_at_quarter_steps": [int(alive[len(alive) * q // 4]) for q in (1, 2, 3)],
+                "seconds": float(seconds.sum()),
+                # after the batch's median sentence has finished: the long sentences' tail
+                "tail_share": float(seconds[int(np.median(these)) :].sum() / seconds.sum()),
+            }
+        )
+
+    def mean(key):
+        return round(float(np.mean([b[key] for b in batches])), 3)
+
+    return {
+        "run": str(args.run),
+        "sentences": len(sentences),
+        "source_subwords_mean": round(float(np.mean(lengths)), 1),
+        "steps_alone": {"mean": round(float(np.mean(steps)), 1), "max": max(steps)},
+        "ms_per_step_by_live_sentences": {n: round(s * 1e3, 2) for n, s in per_step.items()},
+        "ms_per_sentence_step_by_live_sentences": {
+            n: round(s * 1e3 / n, 3) for n, s in per_step.items()
+        },
+        "batch_sentences": batch_size,
+        "batches": len(batches),
+        **{
+            f"batch_{key}_mean": mean(key)
+            for key in (
+                "longest_steps",
+                "mean_steps",
+                "hypothesis_steps_share",
+                "source_padding_share",
+                "seconds",
+                "tail_share",
+            )
+        },
+        "batch_alive_at_quarter_steps": [
+            round(float(np.mean([b["alive_at_quarter_steps"][q] for b in batches])), 1)
+            for q in range(3)
+        ],
+    }
 
 
 def ending(connection) -> str:
@@ -370,11 +512,21 @@ def main():
     parser.add_argument("--model-base-path", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/multi30k"))
     parser.add_argument("--part", choices=["load", "faults"], required=True)
+    parser.add_argument(
+        "--run", type=Path, help="load: the training run the export came from, to profile batches"
+    )
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--batching", nargs="+", choices=["off", "on"], default=["off", "on"])
     parser.add_argument(
         "--num-batch-threads", type=int, default=2, help="with batching on (off: serve's 4)"
+    )
+    parser.add_argument(
+        "--batch-timeout-micros",
+        type=int,
+        default=50_000,
+        help="with batching on: long enough for every client's next request to join the batch "
+        "(serve's default, 5000, splits the clients into smaller batches)",
     )
     args = parser.parse_args()
 

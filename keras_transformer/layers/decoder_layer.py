@@ -130,8 +130,12 @@ class DecoderLayer(EncoderLayer):
             `(outputs [batch, 1, d_model], updated cache)`; inference mode (no dropout).
         """
         key, value = self.self_attention.project_key_value(inputs)
-        self_key = ops.slice_update(cache["self_key"], [0, 0, 0, step], key)
-        self_value = ops.slice_update(cache["self_value"], [0, 0, step, 0], value)
+        # Written by a select, not `ops.slice_update`: outside XLA, TensorFlow runs the latter's
+        # XlaDynamicUpdateSlice by compiling it for each new shape, and a compacted search's
+        # shapes change as its sentences finish.
+        positions = ops.arange(ops.shape(cache["self_value"])[2])
+        self_key = ops.where(positions == step, key, cache["self_key"])
+        self_value = ops.where((positions == step)[:, None], value, cache["self_value"])
         mask = decode_step_attention_mask(step, ops.shape(self_key)[-1])
         attended = self.self_attention.attend(inputs, self_key, self_value, attention_mask=mask)
         x = self.self_attention_norm(inputs, attended)

@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from keras import ops
 
 import keras_transformer.model.transformer as transformer_module
@@ -110,6 +111,19 @@ def test_cache_is_preallocated_and_written_at_the_step():
     assert self_key.shape == (2, 4, 16, 8)
     assert np.abs(self_key[..., 0]).sum() > 0 and np.all(self_key[..., 1:] == 0)
     assert cache[0]["cross_key"].shape == (2, 4, 16, SOURCE.shape[1])
+
+
+def test_decode_step_holds_no_op_that_only_xla_runs(tiny_model):
+    # Outside XLA, TensorFlow runs such an op (slice_update's XlaDynamicUpdateSlice) by
+    # compiling it for each new input shape; the compacted search's shapes change as sentences
+    # leave the batch, so a served batch would compile again and again.
+    encoder_output, source_mask = tiny_model.encode(SOURCE)
+    cache = tiny_model.init_cache(encoder_output, max_length=8)
+    step = tf.function(
+        lambda ids, step, cache: tiny_model.decode_step(ids, step, cache, source_mask)
+    )
+    graph = step.get_concrete_function(TARGET_IN[:, 0], tf.constant(0), cache).graph
+    assert [op.type for op in graph.get_operations() if op.type.startswith("Xla")] == []
 
 
 def test_keras_file_round_trip_gives_identical_outputs(tiny_model, tmp_path):
