@@ -279,6 +279,7 @@ def _export(parser):
 def _serve(parser):
     try:
         from keras_transformer.serving.batching import BatchingParameters
+        from keras_transformer.serving.libretranslate import LibreTranslateSettings
         from keras_transformer.serving.limits import Limits
         from keras_transformer.serving.model_config import ModelsToServe
     except ModuleNotFoundError as error:  # grpc, tensorflow_serving: the [serving] extra
@@ -301,6 +302,7 @@ def _serve(parser):
         help="how often the base path is looked at for a new version; 0: never",
     )
     add_arguments(parser, BatchingParameters, "batching (TF Serving's batching parameters)")
+    add_arguments(parser, LibreTranslateSettings, "LibreTranslate API (docs/SERVING.md)")
     limits = add_arguments(parser, Limits, "limits and deadlines")
     limits.add_argument(
         "--rest-api-timeout-in-ms",

@@ -270,6 +270,7 @@ def serve(args):
     """TF-Serving-compatible REST and gRPC endpoint over export base paths: one model, or a model
     config file's"""
     from keras_transformer.serving.batching import BatchingParameters
+    from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
     from keras_transformer.serving.limits import Limits
     from keras_transformer.serving.model_config import ModelsToServe
     from keras_transformer.serving.model_manager import ModelManager
@@ -295,6 +296,7 @@ def serve(args):
         ).start()
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
+    LibreTranslate.add_to(server, LibreTranslateSettings(**fields_of(args, LibreTranslateSettings)))
     if args.ui:
         server.apps.append(WebPage())
     served = ", ".join(f"{model.name} v{model.version}" for model in models.available())

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.rest import Request
@@ -95,8 +96,9 @@ def browser():
 @pytest.fixture(scope="module")
 def server(exported):
     server = ModelServer(ModelManager([ServedModel(NAME, exported)]), rest_port=0, grpc_port=0)
-    server.apps.append(WebPage())
     server.start()
+    LibreTranslate.add_to(server, LibreTranslateSettings())  # as `serve` does: /languages
+    server.apps.append(WebPage())
     yield server
     server.stop()
 
@@ -179,6 +181,7 @@ def test_translate_by_keyboard_with_n_best_and_heat_maps(browser, server, tmp_pa
     load(browser, server)
     assert browser.execute_script("return document.documentElement.lang") == "en"
     assert element(browser, "#model option").text == f"{NAME} (en→de)"
+    assert element(browser, "#model-details").text.startswith("English → German · version 1 · ")
     # The model, then the text: Tab twice from the page's start.
     for _ in range(2):
         browser.switch_to.active_element.send_keys(Keys.TAB)

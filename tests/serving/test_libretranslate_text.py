@@ -1,0 +1,241 @@
+"""The LibreTranslate API's text handling, without a model: sentences and HTML text nodes split
+and joined back, API key files, rate limits, language codes and names, request bodies."""
+
+import json
+import sys
+from email.message import Message
+
+import pytest
+
+from keras_transformer.errors import ConfigError
+from keras_transformer.serving import html_text, sentences
+from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
+from keras_transformer.serving.language_id import DetectorMissing, LanguageIdentifier, public_code
+from keras_transformer.serving.libretranslate import (
+    LibreTranslate,
+    LibreTranslateError,
+    LibreTranslateSettings,
+    filter_unique,
+    parameters,
+    requested_code,
+)
+from keras_transformer.serving.rest import Request
+
+
+def sentences_of(pieces):
+    return [piece.text for piece in pieces if piece.translate]
+
+
+def upper_cased(module, text):
+    """`text` split and joined back with each sentence in capitals: which parts were taken as
+    sentences, in place."""
+    pieces = module.split(text)
+    return module.join(pieces, (sentence.upper() for sentence in sentences_of(pieces)))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("A dog runs.", ["A dog runs."]),
+        ("A dog runs. Two men play!  Why?", ["A dog runs.", "Two men play!", "Why?"]),
+        ("  Leading and trailing.  \n", ["Leading and trailing."]),
+        ("Line one\nline two\n\nline three", ["Line one", "line two", "line three"]),
+        ('He said "Stop!" Then he left.', ['He said "Stop!"', "Then he left."]),
+        (
+            "It costs 3.50 euros, e.g. this one. Next.",
+            ["It costs 3.50 euros, e.g. this one.", "Next."],
+        ),
+        ("犬が走る。猫が寝る。", ["犬が走る。", "猫が寝る。"]),
+        ("", []),
+        ("   \n ", []),
+    ],
+)
+def test_sentences_split_and_join_back_with_their_spacing(text, expected):
+    pieces = sentences.split(text)
+    assert sentences_of(pieces) == expected
+    assert sentences.join(pieces, sentences_of(pieces)) == text
+
+
+def test_a_translation_keeps_the_spacing_between_sentences():
+    text = "  A dog runs.   A cat sleeps.\n\nThe end.\n"
+    assert upper_cased(sentences, text) == "  A DOG RUNS.   A CAT SLEEPS.\n\nTHE END.\n"
+
+
+def test_long_sentences_split_at_clauses_then_at_the_middle_space():
+    assert sentences_of(sentences.clauses("One dog, two cats; three birds: none")) == [
+        "One dog,",
+        "two cats;",
+        "three birds:",
+        "none",
+    ]
+    assert sentences_of(sentences.clauses("no clause marks")) == ["no clause marks"]
+    halves = sentences.halves("a b c d e f")
+    assert sentences_of(halves) == ["a b c", "d e f"]
+    assert sentences.join(halves, sentences_of(halves)) == "a b c d e f"
+    assert sentences_of(sentences.halves("word")) == ["word"]
+
+
+@pytest.mark.parametrize(
+    "fragment, expected",
+    [
+        ("<p>A dog runs. <b>It barks!</b></p>", ["A dog runs.", "It barks!"]),
+        ("<p>Unclosed <i>tags. <div>and more", ["Unclosed", "tags.", "and more"]),
+        ("</b></i>Only closing tags.", ["Only closing tags."]),
+        ("<p class='x' data-a=\"1 > 0\">Text</p>", ["Text"]),
+        ("<!-- a comment --><p>After it.</p>", ["After it."]),
+        ("<script>if (a < b) run();</script><p>Prose.</p>", ["Prose."]),
+        ("<p>Tom &amp; Jerry</p>", ["Tom & Jerry"]),
+        ("a < b, <p", ["a < b,"]),
+        ('Open <a href="x', ["Open"]),
+        ("<!-- never closed", []),
+    ],
+)
+def test_html_text_nodes_are_split_and_the_markup_kept(fragment, expected):
+    pieces = html_text.split(fragment)
+    assert sentences_of(pieces) == expected
+    assert all(piece.text in fragment for piece in pieces if not piece.translate)
+
+
+def test_html_joins_back_with_its_markup_and_escapes_translations():
+    fragment = "<div><p>A dog runs. <b>It barks &amp; jumps.</b></p><br>Unclosed <i>end"
+    assert html_text.join(html_text.split(fragment), sentences_of(html_text.split(fragment))) == (
+        fragment
+    )
+    assert upper_cased(html_text, fragment) == (
+        "<div><p>A DOG RUNS. <b>IT BARKS &amp; JUMPS.</b></p><br>UNCLOSED <i>END"
+    )
+    pieces = html_text.split("<p>x</p>")
+    assert html_text.join(pieces, ["a <b> & c"]) == "<p>a &lt;b&gt; &amp; c</p>"
+
+
+def test_api_keys_file(tmp_path):
+    path = tmp_path / "keys"
+    path.write_text("# keys\nalpha\nbeta 120   # a comment\n\ngamma 5 300\n")
+    assert read_api_keys(path) == {
+        "alpha": ApiKey(),
+        "beta": ApiKey(req_limit=120),
+        "gamma": ApiKey(req_limit=5, char_limit=300),
+    }
+    path.write_text("alpha\nbeta many\n")
+    with pytest.raises(ConfigError, match="line 2: expected KEY"):
+        read_api_keys(path)
+    path.write_text("alpha\nalpha 3\n")
+    with pytest.raises(ConfigError, match="line 2: key 'alpha' is repeated"):
+        read_api_keys(path)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_api_keys(tmp_path / "missing")
+
+
+def test_rate_limits_count_a_minute_per_key():
+    now = [0.0]
+    limiter = RateLimiter(clock=lambda: now[0])
+    assert [limiter.allow("a", 2) for _ in range(3)] == [True, True, False]
+    assert limiter.allow("b", 2)  # another key has its own count
+    assert all(limiter.allow("c", -1) for _ in range(100))  # -1: no limit
+    now[0] = 59.0
+    assert not limiter.allow("a", 2)
+    now[0] = 60.5  # the first two requests of "a" have left the window
+    assert limiter.allow("a", 2) and limiter.allow("a", 2) and not limiter.allow("a", 2)
+
+
+def test_language_codes_as_libretranslate_writes_them():
+    assert [public_code(code) for code in ("en", "eng", "deu", "fra", "zh", "zt", "pb")] == [
+        "en",
+        "en",
+        "de",
+        "fr",
+        "zh-Hans",
+        "zh-Hant",
+        "pt-BR",
+    ]
+    codes = {"en", "de", "zh-Hans"}
+    assert requested_code("EN", codes) == "en"
+    assert requested_code("eng", codes) == "en"
+    assert requested_code("zh", codes) == "zh-Hans"
+    assert requested_code("zz", codes) is None
+    assert requested_code("!!", codes) is None
+
+
+def test_detection_ranks_only_the_languages_asked_for():
+    ranked = LanguageIdentifier().rank("Ein Hund läuft durch den Park.", ["en", "de"])
+    assert [candidate["language"] for candidate in ranked] == ["de", "en"]
+    assert sum(candidate["confidence"] for candidate in ranked) == pytest.approx(100, abs=1)
+
+
+def test_without_the_detect_extra_detection_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "py3langid.langid", None)
+    with pytest.raises(DetectorMissing, match=r"keras-transformer\[detect\]"):
+        LanguageIdentifier().rank("A dog runs.", ["en"])
+
+
+def test_alternatives_are_unique_and_leave_out_the_translation():
+    assert filter_unique(["b", "a", "", "b", "c"], "a") == ["b", "c"]
+
+
+def request(body: bytes, content_type=None, query=None, path="/translate") -> Request:
+    headers = Message()
+    if content_type:
+        headers["Content-Type"] = content_type
+    return Request("POST", path, query or {}, headers, "127.0.0.1", lambda: body)
+
+
+def test_parameters_of_json_form_and_multipart_bodies():
+    assert parameters(request(b'{"q": ["a", "b"]}', "application/json")) == (
+        {"q": ["a", "b"]},
+        True,
+    )
+    form = request(b"q=Hello+w%C3%B6rld&source=en&q=second", "application/x-www-form-urlencoded")
+    assert parameters(form) == ({"q": "Hello wörld", "source": "en"}, False)
+    multipart = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="q"\r\n\r\nA dog runs.\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="target"\r\n\r\nde\r\n--XyZ--\r\n'
+    )
+    assert parameters(request(multipart, "multipart/form-data; boundary=XyZ")) == (
+        {"q": "A dog runs.", "target": "de"},
+        False,
+    )
+    query = request(b"", None, {"q": ["from the query"]})
+    assert parameters(query) == ({"q": "from the query"}, False)
+
+
+@pytest.mark.parametrize(
+    "body, content_type, message",
+    [
+        (b'{"q": "a"', "application/json", "Failed to decode JSON object"),
+        (b'["q"]', "application/json", "Invalid JSON format"),
+        (b"\xff\xfe\x00", "application/json", "Failed to decode JSON object"),
+        (b"q=%ff%fe", "application/x-www-form-urlencoded", "not UTF-8"),
+        (b"no boundary here", "multipart/form-data; boundary=XyZ", "malformed multipart"),
+    ],
+)
+def test_malformed_bodies_are_refused_in_words(body, content_type, message):
+    with pytest.raises(LibreTranslateError, match=message) as refused:
+        parameters(request(body, content_type))
+    assert refused.value.status == 400
+
+
+def refusal(app, body) -> tuple:
+    """(status, error) of `app`'s answer to a JSON POST /detect of `body`."""
+    reply = app(request(json.dumps(body).encode(), "application/json", path="/detect"))
+    return reply.status, json.loads(reply.body)["error"]
+
+
+def test_api_keys_and_rate_limits_are_checked_before_anything_else(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# no key yet\n")
+    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys))  # refusals need no server
+    assert refusal(app, {"q": "Hi", "api_key": "any"}) == (403, "Invalid API key")
+    keys.write_text("good 1\n")
+    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys, require_api_key=True))
+    assert refusal(app, {"q": "Hi"}) == (
+        400,
+        "Please contact the server operator to get an API key",
+    )
+    # Let through, then refused for what follows the access check; then over its limit.
+    assert refusal(app, {"api_key": "good"}) == (400, "Invalid request: missing q parameter")
+    assert refusal(app, {"api_key": "good"}) == (429, "Slowdown: 1 per 1 minute")
+    with pytest.raises(ConfigError, match="require_api_key needs api_keys"):
+        LibreTranslateSettings(require_api_key=True)
+    with pytest.raises(ConfigError, match="req_limit -2 is below -1"):
+        LibreTranslateSettings(req_limit=-2)
