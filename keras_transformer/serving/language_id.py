@@ -34,8 +34,8 @@ def _langcodes():
         import langcodes
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
-            f"the LibreTranslate API needs the libretranslate extra ({error}): "
-            "pip install 'keras-transformer[libretranslate]'"
+            f"the LibreTranslate API needs the serving extra ({error}): "
+            "pip install 'keras-transformer[serving]'"
         ) from None
     return langcodes
 

@@ -184,7 +184,7 @@ class LibreTranslate:
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limiter = RateLimiter()
         self.identifier = LanguageIdentifier()
-        try:  # without the libretranslate extra, fail here, not on a request
+        try:  # without the serving extra's language names, fail here, not on a request
             language_name("en")
         except ModuleNotFoundError as error:
             raise ConfigError(f"{error}, or set libretranslate off") from None
