@@ -1,10 +1,12 @@
 """Packaging that works without the Makefile: the version, the declared dependencies (deptry),
-and pins for every declared package in the requirements files."""
+pins for every declared package in the requirements files, and the wheel's package data."""
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,20 @@ def test_every_declared_package_is_pinned():
         canonical(r) for name in ("parsing", "ctranslate2", "jax") for r in extras[name]
     }
     assert development | tested_extras <= pinned("requirements-dev.txt")
+
+
+def test_the_wheel_ships_the_web_page(tmp_path):
+    """`keras-transformer serve` answers / from files beside its code: they are package data."""
+    source = tmp_path / "source"  # a clean copy: an in-tree build would leave build/ behind
+    for package in ("keras_transformer", "pipelines", "durable_files"):
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    built = subprocess.run([*pip, str(source), "-w", str(tmp_path)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("*.whl")
+    web = REPO_ROOT / "keras_transformer" / "serving" / "web"
+    page = {f"keras_transformer/serving/web/{path.name}" for path in web.iterdir()}
+    assert page <= set(zipfile.ZipFile(wheel).namelist())

@@ -291,6 +291,9 @@ def _serve(parser):
     parser.add_argument("--rest-port", type=int, default=8501)
     parser.add_argument("--grpc-port", type=int, default=8500)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    parser.add_argument(
+        "--no-ui", dest="ui", action="store_false", help="no web page at / on the REST port"
+    )
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument(
         "--file-system-poll-wait-seconds",

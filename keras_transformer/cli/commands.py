@@ -275,6 +275,7 @@ def serve(args):
     from keras_transformer.serving.model_config import ModelsToServe
     from keras_transformer.serving.model_manager import ModelManager
     from keras_transformer.serving.server import ModelServer
+    from keras_transformer.serving.web_page import WebPage
 
     limits = Limits(**fields_of(args, Limits))
     batching = BatchingParameters(**fields_of(args, BatchingParameters))
@@ -296,6 +297,8 @@ def serve(args):
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
     LibreTranslate.add_to(server, LibreTranslateSettings(**fields_of(args, LibreTranslateSettings)))
+    if args.ui:
+        server.apps.append(WebPage())
     served = ", ".join(f"{model.name} v{model.version}" for model in models.available())
     one_name = to_serve.model_name or ""
     print(

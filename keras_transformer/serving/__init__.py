@@ -6,4 +6,5 @@
   `rest`, `grpc_service`, `lifecycle`, `batching`, `limits`, `metrics` and `errors`.
 - `libretranslate`: LibreTranslate's API on the server's REST port, with `sentences`,
   `html_text`, `api_keys` and `language_id`.
+- `web_page`: the web page at `/` on the REST port (its files in `web/`).
 """

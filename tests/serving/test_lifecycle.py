@@ -162,6 +162,8 @@ def test_sigterm_drains_the_requests_in_flight(exported):
     try:
         port = re.search(r":(\d+)/v1/models", server.stdout.readline())[1]
         url = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{url}/", timeout=60) as page:  # the web page, unless --no-ui
+            assert page.headers["Content-Type"] == "text/html; charset=utf-8"
         replies = []
 
         def predict():

@@ -1,0 +1,57 @@
+"""The web page at `/` on the REST port: try a model and see its attention (the paper's
+Figures 3-5) in a browser.
+
+Plain HTML, CSS and JavaScript from the package's `web/` folder, no build step. The page calls
+the server's own APIs: `GET /v1/models` and LibreTranslate's `GET /languages` for the models and
+their language pairs, TF Serving's `:predict` with the `translate_options` signature for the
+n-best list and with the `attention` signature for the heat maps. It loads nothing from another
+origin, and says so to the browser: every file is sent with a Content-Security-Policy
+(CSP Level 3) that allows only the server itself.
+
+`keras-transformer serve --no-ui` leaves the page out.
+"""
+
+from http import HTTPStatus
+from importlib import resources
+
+from keras_transformer.serving.rest import Reply, Request
+
+# The page's files by URL path; nothing else under the folder is served.
+FILES = {"/": "index.html", "/static/style.css": "style.css", "/static/app.js": "app.js"}
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+}
+
+HEADERS = {
+    # Scripts, styles, and the page's requests: this server only; no frames, no <base>.
+    "Content-Security-Policy": (
+        "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",  # a new release's page, not a cached one beside a new server
+}
+
+
+class WebPage:
+    """An app of `ModelServer` (`server.apps.append(WebPage())`): answers `GET` of the page's
+    files, and leaves every other request to the next app."""
+
+    def __init__(self):
+        folder = resources.files(__package__) / "web"
+        self.replies = {
+            path: Reply(
+                HTTPStatus.OK,
+                (folder / name).read_bytes(),
+                CONTENT_TYPES[name[name.rindex(".") :]],
+                HEADERS,
+            )
+            for path, name in FILES.items()
+        }
+
+    def __call__(self, request: Request) -> Reply | None:
+        if request.method != "GET":
+            return None
+        return self.replies.get(request.path)
