@@ -236,7 +236,7 @@ def handler_class(server):
             self.end_headers()
             self.wfile.write(data)
 
-        def _route(self, method):
+        def _route(self, method, request: Request):
             path = self.path.split("?")[0]
             if method == "GET" and path == METRICS_PATH:
                 return server.metrics.exposition(), "text/plain; version=0.0.4"
@@ -252,13 +252,13 @@ def handler_class(server):
             elif method == "GET" and verb == "/metadata":
                 reply = server.metadata(match["name"], _version(match), match["label"])
             elif method == "POST" and verb == ":predict":
-                reply = self._predict(match)
+                reply = self._predict(match, request)
             else:
                 raise not_found(f"Malformed request: {method} {self.path}")
             return json.dumps(reply).encode("utf-8"), "application/json"
 
-        def _predict(self, match):
-            body = self._json_body()
+        def _predict(self, match, request: Request):
+            body = self._json_body(request)
             signature_name = body.get("signature_name") if isinstance(body, dict) else None
             rows = []
 
@@ -316,8 +316,8 @@ def handler_class(server):
                 pass
             return bytes(body)
 
-        def _json_body(self):
-            data = self._body()
+        def _json_body(self, request: Request):
+            data = request.body()
             try:
                 return json.loads(data or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -346,9 +346,11 @@ def handler_class(server):
                 for app in server.apps:
                     reply = app(request)
                     if reply is not None:
+                        request.body()  # read, if unread, so the next request starts after it
                         self._reply(reply.status, reply.body, reply.content_type, reply.headers)
                         return
-                data, content_type = self._route(method)
+                data, content_type = self._route(method, request)
+                request.body()
                 self._reply(HTTPStatus.OK, data, content_type)
             except ServingError as error:
                 self._reply(error.status, json.dumps({"error": str(error)}).encode("utf-8"))

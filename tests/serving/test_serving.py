@@ -365,6 +365,19 @@ def test_a_chunked_body_is_read_as_one_request(server):
     assert b"model_version_status" in replies
 
 
+def test_a_body_no_route_reads_is_read_before_the_next_request_on_the_connection(server):
+    """A GET with a body (as libretranslatepy sends) is answered, and its body is not taken
+    for the next request on the same keep-alive connection."""
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
+        connection.sendall(
+            f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n".encode()
+            + b"GET /x y\n"
+            + f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+        )
+        replies = connection.makefile("rb").read()
+    assert replies.count(b"HTTP/1.1 200") == 2 and replies.count(b"model_version_status") == 2
+
+
 def test_a_stalled_connection_is_closed_and_the_server_keeps_serving(server):
     with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
         connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 10\r\n\r\n{{".encode())
