@@ -217,7 +217,6 @@ class LibreTranslate:
         return reply
 
     def _answer(self, request: Request, method: str) -> Reply:
-        request.body()  # whatever the route: a body left unread would be taken as a request
         allow = {"Allow": f"{method}, OPTIONS"}
         if request.method == "OPTIONS":
             return Reply(HTTPStatus.OK, b"", "text/plain", allow)
