@@ -24,6 +24,9 @@ pytestmark = pytest.mark.slow  # trains a parser through the CLI
 
 # Real files of each split: 89 sentences to train on, 5 to validate, 3 to test.
 SLICE = [*range(1, 11), 160, 185]
+# The tiny preset with one layer a stack: what these tests prove does not depend on depth, and
+# training, evaluation and export each trace graphs that grow with it.
+TINY = ["--preset", "tiny", "--set", "num_layers=1", "--set", "vocab_size=300"]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +92,8 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
     cli.main(
         [
             *("train", "--dataset", "ptb", "--data-dir", str(ptb_slice), "--output", str(run)),
-            *("--preset", "tiny", "--set", "vocab_size=300", "--set", "max_length=128"),
+            *TINY,
+            *("--set", "max_length=128"),
             *("--batch-tokens", "1024", "--max-steps", "2", "--checkpoint-every", "2"),
             *("--bleu-every", "2", "--bleu-sentences", "2"),
         ]
@@ -164,8 +168,8 @@ def test_a_parser_trains_on_prepared_shards_and_evaluates_as_one(
     cli.main([*prepare, "lexicalized", "--output", str(prepared), "--vocab-size", "300"])
     cli.main(
         [
-            *("train", "--data", str(prepared), "--output", str(run), "--preset", "tiny"),
-            *("--set", "vocab_size=300", "--set", "max_length=160", "--batch-tokens", "1024"),
+            *("train", "--data", str(prepared), "--output", str(run), *TINY),
+            *("--set", "max_length=160", "--batch-tokens", "1024"),
             *("--max-steps", "1", "--bleu-every", "1", "--bleu-sentences", "2"),
         ]
     )
@@ -192,7 +196,7 @@ def test_a_lexicalized_parser_searches_only_well_formed_trees(
     cli.main(
         [
             *("train", "--dataset", "ptb", "--tgt", "lexicalized", "--data-dir", str(ptb_slice)),
-            *("--output", str(run), "--preset", "tiny", "--set", "vocab_size=300"),
+            *("--output", str(run), *TINY),
             *("--set", "max_length=160", "--batch-tokens", "1024", "--max-steps", "1"),
         ]
     )

@@ -273,7 +273,9 @@ def test_an_error_that_is_not_the_backup_files_propagates_and_keeps_the_backup(t
 
 # -- the command line: one line, and a run that goes on ---------------------------------------
 
-TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--batch-tokens", "512", "--bleu-every", "0"]
+# One layer a stack, as tests/training/test_training_cli.py: each process traces its steps.
+TINY = ["--preset", "tiny", "--set", "vocab_size=600", "--set", "num_layers=1"]
+TINY += ["--batch-tokens", "512", "--bleu-every", "0"]
 
 
 def train_arguments(data_dir, output, *extra):
@@ -326,13 +328,25 @@ def assert_run_readable(output):
     assert not [p for p in output.rglob("partial-*")]
 
 
-@pytest.mark.slow
-def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
-    multi30k_slice, tmp_path
-):
-    output = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained_4_steps(multi30k_slice, tmp_path_factory):
+    """A run trained for 4 steps, with checkpoints at 2 and 4; tests that fault it take a copy
+    (`copy_of`), so one process trains it for all of them."""
+    output = tmp_path_factory.mktemp("trained") / "run"
     first = train(multi30k_slice, output, "--max-steps", "4", "--checkpoint-every", "2")
     assert first.returncode == 0, first.stderr[-3000:]
+    return output
+
+
+def copy_of(run, tmp_path):
+    return shutil.copytree(run, tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
+    multi30k_slice, trained_4_steps, tmp_path
+):
+    output = copy_of(trained_4_steps, tmp_path)
 
     # Eq. 3 times 10^30: the weights overflow within a few updates.
     exploding = ("--set", "learning_rate_scale=1e30", "--allow-training-changes")
@@ -364,25 +378,25 @@ def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
 
 
 @pytest.mark.slow
-def test_a_disk_that_fills_mid_save_is_one_line_and_the_rerun_goes_on(multi30k_slice, tmp_path):
-    output = tmp_path / "run"
-    first = train(multi30k_slice, output, "--max-steps", "2")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_a_disk_that_fills_mid_save_is_one_line_and_the_rerun_goes_on(
+    multi30k_slice, trained_4_steps, tmp_path
+):
+    output = copy_of(trained_4_steps, tmp_path)
     weights_size = (output / "model.weights.h5").stat().st_size
 
     full = train(
         multi30k_slice,
         output,
-        *("--max-steps", "4", "--checkpoint-every", "1"),
+        *("--max-steps", "6", "--checkpoint-every", "1"),
         limit_file_size=weights_size // 2,
     )
     assert_one_line_error(full, "cannot write ")
     assert "File too large (EFBIG)" in full.stderr
     assert_run_readable(output)
 
-    rerun = train(multi30k_slice, output, "--max-steps", "4")
+    rerun = train(multi30k_slice, output, "--max-steps", "6")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "at step 2," in rerun.stderr
+    assert "at step 4," in rerun.stderr
     assert_run_readable(output)
 
 

@@ -73,30 +73,6 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_a_fine_tuned_run_starts_at_step_0_and_resumes_from_its_own_backup(
-    tmp_path, imported, first_lines_data
-):
-    # A trained run, whose optimizer counted 7 updates: the new run counts its own from 0.
-    first, second = tmp_path / "first", tmp_path / "second"
-    shutil.copytree(imported, first)
-    model = compile_model(read_config(first))
-    model.optimizer.iterations.assign(7)
-    save_weights_atomically(model, first / "model.weights.h5")
-    data = ["--data-dir", str(first_lines_data), *FINE_TUNING, "--log-every", "1"]
-    command = ["train", "--init-from", str(first), "--output", str(second), *data]
-    assert cli.main([*command, "--max-steps", "2"]) == 0
-    assert [r["step"] for r in metrics(second) if r["kind"] == "start"] == [0]
-    assert max(r["step"] for r in metrics(second)) == 2
-    trained = weights_of(second)
-    assert any(not np.array_equal(a, b) for a, b in zip(trained, weights_of(first), strict=True))
-
-    # The rerun resumes from the run's own backup, not from init_from's weights.
-    assert cli.main([*command, "--max-steps", "2"]) == 0
-    for resumed, saved in zip(weights_of(second), trained, strict=True):
-        np.testing.assert_array_equal(resumed, saved)
-
-
 @pytest.mark.parametrize(
     "change, named",
     [
@@ -113,9 +89,12 @@ def test_a_conflicting_architecture_is_refused_by_name(tmp_path, imported, chang
 
 
 @pytest.mark.slow
-def test_a_prepared_corpus_of_the_imported_tokenizers_fine_tunes_it(
+def test_a_prepared_corpus_of_the_imported_tokenizers_fine_tunes_it_from_step_0(
     tmp_path, imported, first_lines_data
 ):
+    """`prepare --tokenizer-from` tokenizes as the imported run does; a run fine-tuned on it
+    counts its own updates from 0 and resumes from its own backup. One training proves both, as
+    each would trace the imported model's steps again."""
     prepared, run = tmp_path / "prepared", tmp_path / "run"
     corpus = ["--dataset", "multi30k", "--data-dir", str(first_lines_data)]
     tokenizer_from = ["--tokenizer-from", str(imported)]
@@ -142,9 +121,27 @@ def test_a_prepared_corpus_of_the_imported_tokenizers_fine_tunes_it(
         EOS_ID,
     ]
 
+    # A trained run, whose optimizer counted 7 updates: the new run counts its own from 0.
+    trained = tmp_path / "trained"
+    shutil.copytree(imported, trained)
+    model = compile_model(read_config(trained))
+    model.optimizer.iterations.assign(7)
+    save_weights_atomically(model, trained / "model.weights.h5")
     train = ["train", "--data", str(prepared), *FINE_TUNING, "--max-steps", "2"]
-    assert cli.main([*train, "--init-from", str(imported), "--output", str(run)]) == 0
+    command = [*train, "--init-from", str(trained), "--output", str(run), "--log-every", "1"]
+    assert cli.main(command) == 0
     assert (run / "vocabulary.txt").read_bytes() == (imported / "vocabulary.txt").read_bytes()
+    assert [r["step"] for r in metrics(run) if r["kind"] == "start"] == [0]
+    assert max(r["step"] for r in metrics(run)) == 2
+    fine_tuned = weights_of(run)
+    assert any(
+        not np.array_equal(a, b) for a, b in zip(fine_tuned, weights_of(trained), strict=True)
+    )
+
+    # The rerun resumes from the run's own backup, not from init_from's weights.
+    assert cli.main(command) == 0
+    for resumed, saved in zip(weights_of(run), fine_tuned, strict=True):
+        np.testing.assert_array_equal(resumed, saved)
 
     # A run whose vocabulary differs from the prepared one is refused, naming the file.
     other = tmp_path / "other-import"

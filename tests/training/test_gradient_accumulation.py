@@ -21,6 +21,9 @@ from keras_transformer.training.optimizer import (
 )
 
 LENGTH = 6
+# One layer a stack: the update's weighting does not depend on depth, and each model's step is
+# traced, or compiled with XLA, anew.
+CONFIG = TransformerConfig.preset("tiny", num_layers=1, residual_dropout=0.0)
 
 
 class TokenWeightedSGD(TokenWeightedAccumulation, keras.optimizers.SGD):
@@ -44,10 +47,9 @@ def train(batches, accumulate, jit_compile, token_weighted=True):
     """One epoch over `batches` with SGD, from the same initial weights every time; with
     `accumulate` > 1 the accumulation is token-weighted unless `token_weighted` is False (then
     Keras's own, equal-weight)."""
-    config = TransformerConfig.preset("tiny", residual_dropout=0.0)
     with create_strategy(1).scope():
         keras.utils.set_random_seed(3)
-        model = Transformer(config)
+        model = Transformer(CONFIG)
         steps = accumulate if accumulate > 1 else None
         if token_weighted:
             optimizer = TokenWeightedSGD(0.5, gradient_accumulation_steps=steps)
@@ -135,7 +137,7 @@ def test_no_update_before_the_last_micro_batch():
     first_half = tuple(a[None, :2] for a in (source, target_in, target_out))
     model = train(first_half, 2, jit_compile=False)
     keras.utils.set_random_seed(3)
-    initial = Transformer(TransformerConfig.preset("tiny", residual_dropout=0.0)).get_weights()
+    initial = Transformer(CONFIG).get_weights()
     assert int(model.optimizer.iterations) == 0
     for w, i in zip(model.get_weights(), initial, strict=True):
         np.testing.assert_array_equal(w, i)

@@ -16,7 +16,10 @@ from pipelines.prepared import prepared_vocabulary
 
 pytestmark = pytest.mark.slow  # trains through the CLI
 
+# One layer a stack: what these tests prove does not depend on depth, and training, evaluation
+# and export each trace graphs that grow with it.
 TRAIN = ["train", "--preset", "tiny", "--set", "vocab_size=200", "--batch-tokens", "1024"]
+TRAIN += ["--set", "num_layers=1"]
 RUN_FLAGS = ["--max-steps", "6", "--checkpoint-every", "3", "--bleu-every", "3"]
 
 
