@@ -145,19 +145,23 @@ def load(server, api, sentences, clients, requests):
     }
 
 
-def batch_totals(server) -> tuple[float, float]:
-    """The server's model calls so far and the sentences they decoded, from its batch-size
-    histogram (summed over its labels)."""
+def metric_total(server, name) -> float:
+    """The server's samples of metric `name` so far, summed over their labels."""
     with urllib.request.urlopen(
         f"http://127.0.0.1:{server.rest_port}/monitoring/prometheus/metrics", timeout=60
     ) as reply:
         text = reply.read().decode()
+    pattern = rf"^{name}(?:{{[^}}]*}})? (\S+)$"
+    return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
 
-    def total(name):
-        pattern = rf"^keras_transformer_serving_batch_size_{name}(?:{{[^}}]*}})? (\S+)$"
-        return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
 
-    return total("count"), total("sum")
+def batch_totals(server) -> tuple[float, float]:
+    """The server's model calls so far and the sentences they decoded, from its batch-size
+    histogram."""
+    return tuple(
+        metric_total(server, f"keras_transformer_serving_batch_size_{name}")
+        for name in ("count", "sum")
+    )
 
 
 def batching_flags(mode, args):
@@ -307,8 +311,8 @@ def profile(args, sentences, batch_size) -> dict:
 
 
 def ending(connection) -> str:
-    """Waits for the server to end `connection`: "closed" (its socket timeout), or "refused"
-    (503 at once: over serve's --max-connections)."""
+    """Waits for the server to end `connection`: "closed" (evicted for a new connection, or its
+    socket timeout), or "refused" (503 at once: over serve's --max-connections, all answering)."""
     try:
         data = connection.recv(1024)
     except OSError:  # reset: closed too
@@ -333,6 +337,7 @@ def stalled_connections(server, sentences, count=200):
         "probe": "200 stalled connections",
         "served_meanwhile": {str(k): served.count(k) for k in set(served)},
         "stalled_ended_by_server": {k: endings.count(k) for k in set(endings)},
+        "evicted": int(metric_total(server, "keras_transformer_serving_evicted_connections_total")),
         "closed_within_s": round(seconds, 1),
     }
 

@@ -37,9 +37,9 @@ def declared_shape(value, rank: int) -> list[int]:
 @dataclass(frozen=True)
 class Limits:
     """What one request may hold, and how many REST connections are held at once (each holds a
-    thread: beyond the bound one is answered 503 and closed at once, so that clients stalling
-    mid-request cannot take every thread); the `help` of each field documents it, and
-    `keras-transformer serve`'s flags are generated from them."""
+    thread: beyond the bound a new one takes the place of one waiting for its client, so that
+    clients stalling mid-request cannot take every thread, or is answered 503); the `help` of
+    each field documents it, and `keras-transformer serve`'s flags are generated from them."""
 
     max_sentences: int = field(
         default=64,
@@ -49,7 +49,11 @@ class Limits:
         default=2048, metadata={"help": "UTF-8 bytes of a sentence, or ids of a source_ids row"}
     )
     max_connections: int = field(
-        default=128, metadata={"help": "REST connections held at once; beyond: 503, closed"}
+        default=128,
+        metadata={
+            "help": "REST connections held at once; beyond, a new one evicts the one waiting "
+            "longest for its client, or is answered 503 if all are being answered"
+        },
     )
 
     def __post_init__(self):

@@ -16,8 +16,10 @@ asked first, with a `Request`, and answers with a `Reply`, or None when the requ
 A version label (`/labels/L`) is one of the model config's `version_labels`. Errors are
 `{"error": "..."}` with the status of `errors.ServingError`; a version in the path is an int64,
 as in TF Serving. Bodies are read by Content-Length or chunked transfer encoding, up to a size
-limit; a client that stalls mid-request is dropped after the socket timeout, and beyond
-`Limits.max_connections` connections at once a new one is answered 503 and closed.
+limit; a client that stalls mid-request is dropped after the socket timeout. Beyond
+`Limits.max_connections` connections at once, a new one takes the place of the one that has
+waited longest for its client, which is closed; only when every connection held is being
+answered is the new one answered 503 and closed.
 """
 
 import base64
@@ -225,6 +227,17 @@ def handler_class(server):
         def log_message(self, format, *args):  # route the access log to logging
             logger.debug("%s %s", self.address_string(), format % args)
 
+        def handle_one_request(self):
+            # `self.server` is the `QueueingHTTPServer`: from here until the request is read
+            # whole, the connection waits for its client and may be evicted.
+            self.server.waiting(self.connection)
+            try:
+                super().handle_one_request()
+            except OSError:
+                if self.server.holds(self.connection):
+                    raise
+                self.close_connection = True  # evicted: an error reply met its shut socket
+
         def _reply(self, status, data: bytes, content_type="application/json", headers=None):
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -288,7 +301,10 @@ def handler_class(server):
                 raise bad_request(f"Content-Length {header!r} is not a byte count")
             length = int(header)
             self._check_size(length)
-            return self.rfile.read(length)
+            body = self.rfile.read(length)
+            if len(body) < length:  # its client closed the connection, or it was evicted
+                raise ConnectionAbortedError(f"the body ended {length - len(body)} bytes short")
+            return body
 
         def _check_size(self, length):
             if length > server.max_body_bytes:
@@ -340,21 +356,30 @@ def handler_class(server):
                 self._body,
             )
 
+        def _read_request(self, method) -> Request:
+            """The request with its body read, after which the connection is being answered;
+            ConnectionAbortedError if it was evicted while its body was read."""
+            request = self._request(method)
+            try:
+                request.body()
+            finally:  # a body too large or malformed is answered too, unless evicted
+                if not self.server.answering(self.connection):
+                    raise ConnectionAbortedError("evicted while waiting for the client")
+            return request
+
         def _answer(self, method):
             try:
-                request = self._request(method)
+                request = self._read_request(method)
                 for app in server.apps:
                     reply = app(request)
                     if reply is not None:
-                        request.body()  # read, if unread, so the next request starts after it
                         self._reply(reply.status, reply.body, reply.content_type, reply.headers)
                         return
                 data, content_type = self._route(method, request)
-                request.body()
                 self._reply(HTTPStatus.OK, data, content_type)
             except ServingError as error:
                 self._reply(error.status, json.dumps({"error": str(error)}).encode("utf-8"))
-            except TimeoutError:  # the client stalled mid-body: drop the connection
+            except (TimeoutError, ConnectionAbortedError):  # stalled or cut mid-body, evicted
                 self.close_connection = True
             except RecursionError:
                 self._reply(HTTPStatus.BAD_REQUEST, b'{"error": "input nested too deeply"}')
@@ -442,32 +467,83 @@ def _read_some(connection) -> bool:
 
 
 class QueueingHTTPServer(ThreadingHTTPServer):
-    """A thread a connection, `max_connections` at most: beyond them, a connection is answered
-    503 and closed by `Refusals`' one thread, which starts none for it. Connections not yet
-    accepted wait in the backlog."""
+    """A thread a connection, `max_connections` at most. A connection held is either waiting
+    for its client (idle before a request, or reading one) or being answered (its request read
+    whole). A new connection beyond the bound evicts the one that has waited longest: it is
+    shut down, so that its thread's read ends and frees its place, and the new one is served
+    (the threads of evicted connections, still ending, may briefly exceed the bound). So
+    clients that stall mid-request cannot shut others out, as they cannot TF Serving's event
+    loop. Only when every connection held is being answered is a new one answered 503 and
+    closed by `Refusals`' one thread, which starts none for it. Connections not yet accepted
+    wait in the backlog. `on_evict()` is called at each eviction (a metric)."""
 
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, address, handler, max_connections: int):
+    def __init__(self, address, handler, max_connections: int, on_evict=lambda: None):
         super().__init__(address, handler)
         self.max_connections = max_connections
-        self._connections = 0
-        self._counting = threading.Lock()
+        self.on_evict = on_evict
+        # Each connection held: since when it has waited for its client; None: being answered.
+        self._waiting_since: dict[socket.socket, float | None] = {}
+        self._lock = threading.Lock()
         self._refusals = Refusals()
 
+    def waiting(self, connection: socket.socket):
+        """`connection` waits for its client's next request, from now if it was being answered
+        (a new connection has waited since it was accepted)."""
+        with self._lock:
+            held = self._waiting_since
+            if connection in held and held[connection] is None:
+                held[connection] = time.monotonic()
+
+    def holds(self, connection: socket.socket) -> bool:
+        """False once `connection` has been evicted."""
+        with self._lock:
+            return connection in self._waiting_since
+
+    def answering(self, connection: socket.socket) -> bool:
+        """`connection` is being answered from now; False if it was evicted."""
+        with self._lock:
+            held = connection in self._waiting_since
+            if held:
+                self._waiting_since[connection] = None
+            return held
+
     def process_request(self, request, client_address):
-        with self._counting:
-            refused = self._connections >= self.max_connections
-            self._connections += not refused
-        if refused:
-            self._refusals.refuse(request)
-        else:
+        with self._lock:
+            evicted = self._make_room()
+            admitted = len(self._waiting_since) < self.max_connections
+            if admitted:
+                self._waiting_since[request] = time.monotonic()  # for its first request
+        if evicted is not None:
+            self._evict(*evicted)
+        if admitted:
             super().process_request(request, client_address)
+        else:
+            self._refusals.refuse(request)
+
+    def _make_room(self):
+        """Under the lock, at the bound: (connection, seconds waited) of the one waiting
+        longest, no longer held; None below the bound or when every one is being answered."""
+        held = self._waiting_since
+        waiting = [connection for connection, since in held.items() if since is not None]
+        if len(held) < self.max_connections or not waiting:
+            return None
+        connection = min(waiting, key=held.get)
+        return connection, time.monotonic() - held.pop(connection)
+
+    def _evict(self, connection: socket.socket, waited_s: float):
+        try:
+            connection.shutdown(socket.SHUT_RDWR)  # its thread's blocked read returns b""
+        except OSError:  # already closed by its client or its thread
+            return
+        logger.debug("evicted a connection that waited %.1f s for its client", waited_s)
+        self.on_evict()
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._counting:
-                self._connections -= 1
+            with self._lock:
+                self._waiting_since.pop(request, None)

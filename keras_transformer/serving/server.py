@@ -96,7 +96,10 @@ class ModelServer:
         self._changed = threading.Condition()
         try:
             self._http = rest.QueueingHTTPServer(
-                (host, rest_port), rest.handler_class(self), self.limits.max_connections
+                (host, rest_port),
+                rest.handler_class(self),
+                self.limits.max_connections,
+                self.metrics.evicted.inc,
             )
         except OSError as error:
             self.scheduler.close()

@@ -28,6 +28,7 @@ from keras_transformer.serving.batching import BatchingParameters
 from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.model_manager import ModelManager
+from keras_transformer.serving.rest import Reply
 from keras_transformer.serving.server import ModelServer
 from serving_clients import http, predict_request
 from waiting import wait_until
@@ -392,22 +393,65 @@ def answers(server) -> bool:
         return False
 
 
-def test_connections_beyond_the_limit_are_refused_at_once_and_the_server_keeps_serving(model):
-    # The stalled connections never time out here: only the bound keeps threads for others.
-    server = started(model, Limits(max_connections=4), socket_timeout_s=600.0)
+def stall(server, count) -> list[socket.socket]:
+    """`count` connections each 99 bytes short of its body."""
+    stalled = [socket.create_connection(("127.0.0.1", server.rest_port)) for _ in range(count)]
+    for connection in stalled:
+        connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 100\r\n\r\n{{".encode())
+    return stalled
+
+
+def closed_by_server(connection) -> bool:
+    connection.settimeout(60)
     try:
-        stalled = [socket.create_connection(("127.0.0.1", server.rest_port)) for _ in range(4)]
-        for connection in stalled:  # 99 bytes short of its body: each holds a thread
-            connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 100\r\n\r\n{{".encode())
-        # Connections are accepted in the order they came: these ten find the four held.
-        refused = [http(server, PREDICT, {"instances": ["A dog."]}) for _ in range(10)]
-        error = {"error": "too many connections at once; try again later"}
-        assert refused == [(503, error)] * 10
+        return connection.recv(1024) == b""
+    except OSError:  # reset: closed too
+        return True
+
+
+def test_connections_waiting_for_their_clients_make_room_for_new_ones(model):
+    # The stalled connections never time out here: only eviction frees their threads.
+    server = started(model, Limits(max_connections=4), socket_timeout_s=600.0)
+    stalled = stall(server, 8)
+    try:
+        # Each of the last four found the first four held, waiting: it took the place of the
+        # one waiting longest. These ten find the last four held.
+        served = [http(server, PREDICT, {"instances": ["A dog."]})[0] for _ in range(10)]
+        assert served == [200] * 10
+        assert all(closed_by_server(connection) for connection in stalled[:4])
+        evicted = "keras_transformer_serving_evicted_connections_total"
+        assert server.metrics.registry.get_sample_value(evicted) >= 5
+    finally:
         for connection in stalled:
             connection.close()
+        server.stop()
+
+
+def test_a_connection_beyond_the_limit_is_refused_at_once_when_all_are_being_answered(model):
+    server = started(model, Limits(max_connections=4))
+    arrived = threading.Semaphore(0)
+    may_answer = threading.Event()
+
+    def held(request):  # an app that answers once the test lets it
+        if request.path != "/held":
+            return None
+        arrived.release()
+        may_answer.wait(timeout=120)
+        return Reply.json({})
+
+    server.apps.append(held)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            replies = [pool.submit(http, server, "/held") for _ in range(4)]
+            for _ in range(4):
+                assert arrived.acquire(timeout=120)
+            error = {"error": "too many connections at once; try again later"}
+            assert http(server, f"/v1/models/{NAME}") == (503, error)
+            may_answer.set()
+            assert [reply.result()[0] for reply in replies] == [200] * 4
         wait_until(lambda: answers(server))
-        assert http(server, PREDICT, {"instances": ["A dog."]})[0] == 200
     finally:
+        may_answer.set()
         server.stop()
 
 
