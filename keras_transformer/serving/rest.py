@@ -183,7 +183,8 @@ def metadata_reply(servable) -> dict:
 
 def models_reply(models) -> dict:
     """`GET /v1/models` (ours, not TF Serving's): each of `models` (`ServedModel`s), each
-    version's state, labels, weight bytes and languages."""
+    version's state, labels, weight bytes and languages (a multilingual model's target tokens
+    too)."""
     return {
         "models": [
             {"name": model.name, "versions": [_version_entry(model, s) for s in model.status()]}
@@ -201,6 +202,7 @@ def _version_entry(model, servable) -> dict:
         "weight_bytes": servable.weight_bytes,
         "source_language": info.get("source_language"),
         "target_language": info.get("target_language"),
+        "target_language_tokens": info.get("target_language_tokens", {}),
     }
 
 

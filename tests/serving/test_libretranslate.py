@@ -5,7 +5,6 @@ client and by the request shapes of LibreTranslate's own API tests
 
 import html
 import json
-import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,19 +28,6 @@ LIMITS = Limits(max_sentences=8, max_source_length=400)
 @pytest.fixture(autouse=True)
 def _seed():
     """No Keras seeding between these tests (nothing here builds a model)."""
-
-
-@pytest.fixture(scope="module")
-def multilingual(exported, tmp_path_factory):
-    """A copy of `exported` whose model_info.json names it a multilingual model: English into
-    French and Czech, each led by its token, as an imported tc-big model is."""
-    base = tmp_path_factory.mktemp("multilingual") / MULTILINGUAL
-    shutil.copytree(exported, base)
-    info_path = base / "1" / MODEL_INFO
-    info = json.loads(info_path.read_text())
-    info |= {"target_language": None, "target_language_tokens": {"fr": ">>fra<<", "cs": ">>ces<<"}}
-    info_path.write_text(json.dumps(info))
-    return base
 
 
 @pytest.fixture(scope="module")

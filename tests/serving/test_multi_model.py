@@ -120,7 +120,9 @@ def test_models_endpoint_lists_each_version_with_its_labels(server):
         "weight_bytes",
         "source_language",
         "target_language",
+        "target_language_tokens",
     }
+    assert ende[0]["target_language_tokens"] == {}  # a model of one target
 
 
 def test_two_models_version_1_never_share_a_batch(server):

@@ -31,7 +31,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REQUIRE_BROWSER = "KT_REQUIRE_BROWSER"
 
-NAME = "m30k-ende"
+NAME, MULTILINGUAL = "m30k-ende", "opus-mt-en-mul"  # listed in this order
 SENTENCE = "A man in a blue shirt is riding a bike."
 SEARCH = {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # the page's: §6.1's
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
@@ -94,8 +94,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def server(exported):
-    server = ModelServer(ModelManager([ServedModel(NAME, exported)]), rest_port=0, grpc_port=0)
+def server(exported, multilingual):
+    models = ModelManager([ServedModel(NAME, exported), ServedModel(MULTILINGUAL, multilingual)])
+    server = ModelServer(models, rest_port=0, grpc_port=0)
     server.start()
     LibreTranslate.add_to(server, LibreTranslateSettings())  # as `serve` does: /languages
     server.apps.append(WebPage())
@@ -103,10 +104,10 @@ def server(exported):
     server.stop()
 
 
-def predict(server, signature_name, inputs) -> dict:
+def predict(server, signature_name, inputs, name=NAME) -> dict:
     """The outputs of `signature_name` for `inputs`, asked of the server as any client would."""
     body = json.dumps({"signature_name": signature_name, "inputs": inputs}).encode()
-    url = f"http://127.0.0.1:{server.rest_port}/v1/models/{NAME}:predict"
+    url = f"http://127.0.0.1:{server.rest_port}/v1/models/{name}:predict"
     with urllib.request.urlopen(urllib.request.Request(url, data=body)) as reply:
         assert reply.status == HTTPStatus.OK
         return json.loads(reply.read())["outputs"]
@@ -248,6 +249,24 @@ def test_another_hypothesis_chosen_by_keyboard(browser, server):
     assert [b.get_attribute("aria-pressed") for b in buttons][:2] == ["false", "true"]
     attention = predict(server, "attention", {"text": [SENTENCE], "translation": [second]})
     assert map_of(browser, "cross")[1] == unpadded(attention["target_pieces"][0])
+
+
+@pytest.mark.slow  # a browser process
+def test_a_multilingual_model_offers_each_target_and_leads_the_text_with_its_token(browser, server):
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.select import Select
+
+    load(browser, server)
+    options = [option.text for option in elements(browser, "#model option")]
+    assert options == [f"{NAME} (en→de)", f"{MULTILINGUAL} (en→fr)", f"{MULTILINGUAL} (en→cs)"]
+    Select(element(browser, "#model")).select_by_visible_text(f"{MULTILINGUAL} (en→fr)")
+    assert element(browser, "#model-details").text.startswith("English → French · version 1")
+    element(browser, "#source").send_keys(SENTENCE, Keys.ENTER)
+    wait_until(lambda: elements(browser, "#self-map td") or element(browser, "#error").text)
+    assert element(browser, "#error").text == ""
+    inputs = {"text": [f">>fra<< {SENTENCE}"], **SEARCH}
+    expected = predict(server, "translate_options", inputs, MULTILINGUAL)
+    assert text_of(element(browser, "#translation")) == expected["translations"][0]
 
 
 @pytest.mark.slow  # a browser process

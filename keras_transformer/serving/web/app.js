@@ -83,9 +83,7 @@ function servedVersion(model) {
   return available[0];
 }
 
-function languagePair(version, names) {
-  const source = version.source_language;
-  const target = version.target_language;
+function languagePair(source, target, names) {
   if (!source || !target) {
     return null;
   }
@@ -108,12 +106,18 @@ async function loadModels() {
     if (version === undefined) {
       continue;
     }
-    const pair = languagePair(version, names);
-    const option = new Option(pair ? `${model.name} (${pair.codes})` : model.name, model.name);
-    const details = [pair ? pair.names : "languages not recorded in the export"];
-    details.push(`version ${version.version}`, `${megabytes(version.weight_bytes)} of weights`);
-    option.dataset.details = details.join(" · ");
-    page.model.append(option);
+    // A multilingual model translates into each of its targets, a sentence led by its token.
+    const tokens = Object.entries(version.target_language_tokens || {});
+    const targets = tokens.length ? tokens : [[version.target_language, ""]];
+    for (const [target, token] of targets) {
+      const pair = languagePair(version.source_language, target, names);
+      const option = new Option(pair ? `${model.name} (${pair.codes})` : model.name, model.name);
+      const details = [pair ? pair.names : "languages not recorded in the export"];
+      details.push(`version ${version.version}`, `${megabytes(version.weight_bytes)} of weights`);
+      option.dataset.details = details.join(" · ");
+      option.dataset.token = token;
+      page.model.append(option);
+    }
   }
   if (page.model.options.length === 0) {
     throw new ServerError("The server has no model available yet: reload the page later.");
@@ -132,10 +136,16 @@ function predictPath() {
 
 // -- translating ---------------------------------------------------------------------------
 
+// The model's input for `text`: led by the target's token for a multilingual model.
+function modelInput(text) {
+  const token = page.model.selectedOptions[0].dataset.token;
+  return token ? `${token} ${text}` : text;
+}
+
 async function translate() {
   clearError();
-  const text = page.source.value;
-  if (text.trim() === "") {
+  const text = modelInput(page.source.value);
+  if (page.source.value.trim() === "") {
     showError(new ServerError("Type a sentence to translate."));
     return;
   }
