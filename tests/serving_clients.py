@@ -18,6 +18,15 @@ def http(server, path, body=None, raw=None):
         return error.code, json.loads(error.read())
 
 
+def predict_outputs(server, model, signature_name, inputs) -> dict:
+    """The columnar `outputs` of `model`'s `signature_name` for `inputs` over TF Serving's REST
+    API, as any client asks them; fails on any status but 200."""
+    body = {"signature_name": signature_name, "inputs": inputs}
+    status, reply = http(server, f"/v1/models/{model}:predict", body)
+    assert status == 200, reply
+    return reply["outputs"]
+
+
 def predict_request(model, inputs, signature_name="serving_default", **spec):
     """A `PredictRequest` to `model` of `inputs` (TensorProtos by name); `spec` sets the model
     spec's `version` or `version_label`."""

@@ -15,6 +15,12 @@ import keras
 from keras import ops
 
 
+def update_number(step, accumulation_steps):
+    """The 1-based number of the update (float32) an optimizer `step` belongs to, when each update
+    accumulates `accumulation_steps` steps: Eq. 3's step_num counts updates."""
+    return ops.cast(ops.floor_divide(step, accumulation_steps), "float32") + 1.0
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Eq. 3, optionally multiplied by a constant `scale` (1.0 is the paper).
@@ -45,8 +51,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.accumulation_steps = accumulation_steps
 
     def __call__(self, step):
-        update = ops.floor_divide(step, self.accumulation_steps)
-        step_num = ops.cast(update, "float32") + 1.0
+        step_num = update_number(step, self.accumulation_steps)
         return (
             self.scale
             * self.d_model**-0.5
@@ -91,8 +96,7 @@ class ConstantSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.accumulation_steps = accumulation_steps
 
     def __call__(self, step):
-        update = ops.floor_divide(step, self.accumulation_steps)
-        step_num = ops.cast(update, "float32") + 1.0
+        step_num = update_number(step, self.accumulation_steps)
         warmed_up = ops.minimum(1.0, step_num / max(self.warmup_steps, 1))
         return self.learning_rate * warmed_up
 

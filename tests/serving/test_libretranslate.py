@@ -18,6 +18,7 @@ from keras_transformer.serving.lifecycle import ServedModel
 from keras_transformer.serving.limits import Limits
 from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.server import ModelServer
+from serving_clients import predict_outputs
 
 pytestmark = pytest.mark.slow  # exports and serves two models
 
@@ -78,13 +79,8 @@ def call(server, path, body=None, method=None, content_type="application/json", 
 
 def options_output(server, model, texts, beam_size=4) -> dict:
     """`translate_options` of `model` on `texts` with §6.1's search, through TF Serving's API."""
-    body = {
-        "signature_name": "translate_options",
-        "inputs": {"text": texts, "beam_size": beam_size, "alpha": 0.6, "extra_length": 50},
-    }
-    status, _, reply = call(server, f"/v1/models/{model}:predict", body)
-    assert status == 200, reply
-    return reply["outputs"]
+    inputs = {"text": texts, "beam_size": beam_size, "alpha": 0.6, "extra_length": 50}
+    return predict_outputs(server, model, "translate_options", inputs)
 
 
 def translations(server, model, texts) -> list[str]:

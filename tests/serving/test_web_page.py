@@ -9,11 +9,8 @@ sets it), where they fail.
 
 import base64
 import importlib.util
-import json
 import os
-import urllib.request
 from email.message import Message
-from http import HTTPStatus
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +22,7 @@ from keras_transformer.serving.model_manager import ModelManager
 from keras_transformer.serving.rest import Request
 from keras_transformer.serving.server import ModelServer
 from keras_transformer.serving.web_page import FILES, WebPage
+from serving_clients import predict_outputs
 from waiting import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -106,11 +104,7 @@ def server(exported, multilingual):
 
 def predict(server, signature_name, inputs, name=NAME) -> dict:
     """The outputs of `signature_name` for `inputs`, asked of the server as any client would."""
-    body = json.dumps({"signature_name": signature_name, "inputs": inputs}).encode()
-    url = f"http://127.0.0.1:{server.rest_port}/v1/models/{name}:predict"
-    with urllib.request.urlopen(urllib.request.Request(url, data=body)) as reply:
-        assert reply.status == HTTPStatus.OK
-        return json.loads(reply.read())["outputs"]
+    return predict_outputs(server, name, signature_name, inputs)
 
 
 def screenshot(driver, path: Path):
