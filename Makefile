@@ -9,7 +9,7 @@ PYTHON := $(VENV)/bin/python
 DATA_DIR ?= ../shared/data/multi30k
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test test-fast check-imports lint train-multi30k train-multi30k-long train-multi30k-ensemble \
+.PHONY: install demo test test-fast test-onednn-off check-imports lint train-multi30k train-multi30k-long train-multi30k-ensemble \
 	table3-multi30k
 
 install: $(VENV)/.installed
@@ -248,6 +248,16 @@ test: check-imports
 # The suite without the tests marked slow (subprocess training, multi-worker, XLA, TFLite).
 test-fast: check-imports
 	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+
+# The tests that hold whatever TensorFlow's kernels are, run with its oneDNN kernels off, as
+# TensorFlow leaves them on CPUs without AVX-512 VNNI, BF16 or AMX (`make test` runs with them on,
+# as the CLI does: keras_transformer/runtime.py): the process settings, and the exactness tests,
+# cached = uncached, 8 replicas = 1, SavedModel = Keras (.ci/run runs both).
+ONEDNN_OFF_TESTS := tests/test_runtime.py tests/test_keras_internals.py \
+	tests/model/test_transformer.py tests/decoding/test_decoding.py \
+	tests/training/test_distribution.py tests/serving/test_export.py
+test-onednn-off: install
+	TF_ENABLE_ONEDNN_OPTS=0 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(ONEDNN_OFF_TESTS)
 
 lint: install
 	$(VENV)/bin/ruff check keras_transformer pipelines durable_files tests benchmarks examples

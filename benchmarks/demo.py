@@ -6,7 +6,10 @@ Clones the checkout's HEAD into a temporary folder, points it at the Multi30k da
 checkout (`DATA_DIR`), and runs `make demo` there, timing the whole and each stage (install,
 prepare, train, evaluate, the rest). `--load N` runs N busy processes beside it for its whole
 length, as other work would load the machine: the demo trains a number of updates, not minutes,
-so its BLEU must stay the same (±1), only later. One JSON line a run goes to the record.
+so its BLEU must stay the same (±1), only later. One JSON line a run goes to the record, with
+the CPU it ran on (times differ between CPUs by 2× and more) and the oneDNN setting the demo's
+commands ran under (`TF_ENABLE_ONEDNN_OPTS`, as the environment gave it; the CLI turns it on
+where it is unset).
 
     .venv/bin/python benchmarks/demo.py [--load 0 2] [--out benchmarks/results/demo-<time>.jsonl]
 """
@@ -14,6 +17,7 @@ so its BLEU must stay the same (±1), only later. One JSON line a run goes to th
 import argparse
 import json
 import multiprocessing
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +25,8 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from records import machine
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data" / "multi30k"
@@ -96,7 +102,8 @@ def main():
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     for load in args.load:
-        record = {"date": stamp, "commit": commit, **run_demo(load)}
+        record = {"date": stamp, "commit": commit, **run_demo(load), **machine()}
+        record["TF_ENABLE_ONEDNN_OPTS"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
         print(json.dumps(record))
         with out.open("a") as file:
             file.write(json.dumps(record) + "\n")

@@ -22,7 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from keras_transformer import runtime  # noqa: E402
 
 # The process settings the CLI applies, before any TensorFlow operation: our programs are
-# measured as a user runs them.
+# measured as a user runs them. oneDNN is left as the environment sets it, which
+# `onednn.py` sets to compare both.
 runtime.reuse_freed_memory()
 runtime.prefer_wide_vectors()
 

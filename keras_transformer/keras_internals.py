@@ -18,6 +18,9 @@ Used through the functions below:
   its position in training, which it keeps in private attributes.
 - `tensorflow_initialized`: whether TensorFlow has created its devices (the eager context's
   `_initialized`), which it says nowhere publicly (`runtime.reuse_freed_memory`).
+- `onednn_enabled`: whether TensorFlow runs its oneDNN kernels in this process
+  (`IsMklEnabled`, which weighs `TF_ENABLE_ONEDNN_OPTS` against the CPU's features once); it
+  only says so in a start-up log line (`runtime.use_onednn`, the runtime tests).
 - `frozen_function`: a concrete function with its variables folded into constants
   (`convert_variables_to_constants_v2`), for the TFLite export of the search
   (`serving.tflite`); TensorFlow has no public freezing step.
@@ -108,3 +111,11 @@ def tensorflow_initialized() -> bool:
     from tensorflow.python.eager import context
 
     return context.context()._initialized
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow's oneDNN kernels are on in this process (starts TensorFlow's runtime
+    library, not its devices)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())

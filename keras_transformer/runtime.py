@@ -12,6 +12,12 @@ import.
   (`--xla_cpu_prefer_vector_width=512`) for its fusions (dropout masks, layer normalization,
   softmax, the loss); where the CPU has no 512-bit vectors it changes nothing. XLA reads
   `XLA_FLAGS` at the first compilation of a process.
+- `use_onednn`: TensorFlow's oneDNN kernels (`TF_ENABLE_ONEDNN_OPTS=1`). TensorFlow turns them on
+  by itself only on CPUs with AVX-512 VNNI or BF16, AVX-VNNI or AMX; on others, AVX2 CPUs among
+  them, its Eigen kernels run, slower for the wide matrix products of the output projection
+  (beam search over a 58k vocabulary), and for a training step without XLA. Programs compiled
+  by XLA ran slower with oneDNN on, so a command that compiles with XLA (`--jit-compile`) leaves
+  the setting to TensorFlow. TensorFlow reads the variable once, at its start.
 - `select_backend`: Keras's backend (`KERAS_BACKEND`), which Keras reads once, when it is
   imported: TensorFlow, or JAX for `train --backend jax`.
 - `leave_gpus_to_jax`: with JAX as Keras's backend TensorFlow runs the input pipeline only, and is
@@ -21,7 +27,8 @@ import.
   kept from the terminal for the life of the process; absl's C++ logger writes them straight to
   file descriptor 2, past `TF_CPP_MIN_LOG_LEVEL`.
 
-`configure` applies all of them but the backend, which the CLI selects first. A value the user
+`configure` applies all of them but the backend, which the CLI selects first, and oneDNN under
+XLA. A value the user
 already set in the environment is kept; the measurements behind the defaults are in
 docs/PERFORMANCE.md.
 """
@@ -36,6 +43,12 @@ import warnings
 from keras_transformer import keras_internals
 
 BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+ONEDNN_NOTE = (
+    f"keras-transformer: {ONEDNN_VARIABLE}=1, TensorFlow's oneDNN kernels on (TensorFlow turns "
+    "them on by itself only on CPUs with AVX-512 VNNI or BF16, AVX-VNNI or AMX); "
+    f"{ONEDNN_VARIABLE}=0 keeps them off"
+)
 BACKEND_VARIABLE = "KERAS_BACKEND"
 BACKENDS = ("tensorflow", "jax")
 VECTOR_WIDTH_FLAG = "--xla_cpu_prefer_vector_width"
@@ -76,11 +89,15 @@ if pending and not noise.search(pending):
 """
 
 
-def configure(quiet: bool = True) -> None:
+def configure(quiet: bool = True, xla: bool = False) -> None:
     """Every setting of this module, before TensorFlow is imported; `quiet=False` leaves
-    TensorFlow's start-up notes on stderr (the CLI's `--verbose`)."""
+    TensorFlow's start-up notes on stderr (the CLI's `--verbose`), and says when oneDNN was
+    turned on; `xla`: the command compiles its model with XLA, and oneDNN is left to
+    TensorFlow."""
     reuse_freed_memory()
     prefer_wide_vectors()
+    if not xla and use_onednn() and not quiet:
+        print(ONEDNN_NOTE, file=sys.stderr)
     if quiet:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         quiet_tensorflow_notes()
@@ -115,6 +132,14 @@ def reuse_freed_memory() -> None:
     os.environ[BFC_VARIABLE] = "true"
     if "tensorflow" in sys.modules and keras_internals.tensorflow_initialized():
         warnings.warn(TOO_LATE, RuntimeWarning, stacklevel=2)
+
+
+def use_onednn() -> bool:
+    """Sets `TF_ENABLE_ONEDNN_OPTS=1` unless the variable is already set; whether it did."""
+    if ONEDNN_VARIABLE in os.environ:
+        return False
+    os.environ[ONEDNN_VARIABLE] = "1"
+    return True
 
 
 def prefer_wide_vectors(bits: int = 512) -> None:

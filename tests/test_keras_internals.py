@@ -3,6 +3,7 @@ there and still do what the package relies on: a Keras or TensorFlow release tha
 removes or changes one fails here, by name, rather than silently elsewhere."""
 
 import inspect
+import os
 from pathlib import Path
 
 import keras
@@ -97,3 +98,9 @@ def test_a_frozen_function_computes_the_same_without_variables():
 def test_tensorflow_says_it_has_initialized():
     tf.constant(1.0) + 1.0  # noqa: B018  (an operation: the eager context initializes)
     assert keras_internals.tensorflow_initialized() is True
+
+
+def test_tensorflow_says_whether_onednn_is_on():
+    # The conftest configured this process as the CLI does, which always sets the variable.
+    told = os.environ["TF_ENABLE_ONEDNN_OPTS"].lower() in ("1", "true")
+    assert keras_internals.onednn_enabled() is told

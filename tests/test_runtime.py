@@ -5,20 +5,53 @@ tensor's bytes only when it is the BFC one (whether `malloc` faults pages in dep
 library and the kernel). Applied after TensorFlow has started, too late to change its allocator,
 the setting warns. The start-up notes of TensorFlow's C++ logger are kept from the terminal, and
 everything else written to stderr still reaches it.
+
+What TensorFlow does depends on the CPU: it turns oneDNN on by itself only on some, and its
+`malloc` allocator keeps statistics only with oneDNN on. So every test that starts TensorFlow
+runs under both `TF_ENABLE_ONEDNN_OPTS` settings and asserts what TensorFlow reports about
+itself, never what one CPU does.
 """
 
+import json
 import os
 import subprocess
 import sys
 
-from keras_transformer.runtime import BFC_VARIABLE, TOO_LATE, VECTOR_WIDTH_FLAG, prefer_wide_vectors
+import pytest
 
+from keras_transformer.runtime import (
+    BFC_VARIABLE,
+    ONEDNN_NOTE,
+    ONEDNN_VARIABLE,
+    START_UP_NOISE,
+    TOO_LATE,
+    VECTOR_WIDTH_FLAG,
+    prefer_wide_vectors,
+)
+
+# Bytes in use on the CPU after a 4,000-byte tensor, or None where TensorFlow's allocator keeps
+# no statistics (its `malloc` one with oneDNN off).
 BYTES_IN_USE = (
     "from keras_transformer import runtime\n"
     "runtime.configure()\n"
     "import tensorflow as tf\n"
     "x = tf.ones([1000])\n"
-    "print(tf.config.experimental.get_memory_info('CPU:0')['current'])\n"
+    "try:\n"
+    "    print(tf.config.experimental.get_memory_info('CPU:0')['current'])\n"
+    "except ValueError as error:\n"
+    "    assert 'Allocator stats not available' in str(error), error\n"
+    "    print(None)\n"
+)
+
+# TensorFlow started after `configure(quiet=..., xla=...)`: its oneDNN state and our environment.
+TENSORFLOW_STARTED = (
+    "import json, os, sys\n"
+    "from keras_transformer import keras_internals, runtime\n"
+    "runtime.configure(quiet=sys.argv[1] == 'quiet', xla=sys.argv[2:] == ['xla'])\n"
+    "import tensorflow as tf\n"
+    "tf.constant(1.0) + 1\n"
+    "print(json.dumps({'onednn': keras_internals.onednn_enabled(), "
+    f"'variable': os.environ.get('{ONEDNN_VARIABLE}')}}))\n"
 )
 
 TOO_LATE_SCRIPT = (
@@ -43,22 +76,45 @@ NOISE_AND_A_REAL_ERROR = (
 )
 
 
-def run_as_a_user(args, setting=None) -> subprocess.CompletedProcess:
+def run_as_a_user(args, setting=None, onednn=None) -> subprocess.CompletedProcess:
     """`python args` in a process of its own, with `setting` (or nothing) in
-    `TF_CPU_ALLOCATOR_USE_BFC`."""
-    environment = {name: value for name, value in os.environ.items() if name != BFC_VARIABLE}
-    if setting is not None:
-        environment[BFC_VARIABLE] = setting
+    `TF_CPU_ALLOCATOR_USE_BFC` and `onednn` (or nothing) in `TF_ENABLE_ONEDNN_OPTS`."""
+    chosen = {BFC_VARIABLE: setting, ONEDNN_VARIABLE: onednn}
+    environment = {name: value for name, value in os.environ.items() if name not in chosen}
+    environment.update({name: value for name, value in chosen.items() if value is not None})
     return subprocess.run(
         [sys.executable, *args], env=environment, check=True, capture_output=True, text=True
     )
 
 
-def test_configure_makes_tensorflow_reuse_freed_cpu_memory_unless_told_otherwise():
+@pytest.mark.parametrize("onednn", ["0", "1"])
+def test_configure_makes_tensorflow_reuse_freed_cpu_memory_unless_told_otherwise(onednn):
     # The BFC allocator counts the live 4,000-byte tensor; TensorFlow's malloc-based one counts
-    # only large blocks.
-    assert int(run_as_a_user(["-c", BYTES_IN_USE]).stdout.split()[-1]) >= 4000
-    assert int(run_as_a_user(["-c", BYTES_IN_USE], "false").stdout.split()[-1]) == 0
+    # only large blocks, or keeps no statistics at all.
+    assert int(run_as_a_user(["-c", BYTES_IN_USE], onednn=onednn).stdout.split()[-1]) >= 4000
+    kept_malloc = run_as_a_user(["-c", BYTES_IN_USE], "false", onednn).stdout.split()[-1]
+    assert kept_malloc in ("0", "None")
+
+
+def test_configure_turns_onednn_on_and_says_so_when_verbose():
+    started = run_as_a_user(["-c", TENSORFLOW_STARTED, "verbose"])
+    assert json.loads(started.stdout) == {"onednn": True, "variable": "1"}
+    assert ONEDNN_NOTE in started.stderr
+    quiet = run_as_a_user(["-c", TENSORFLOW_STARTED, "quiet"])
+    assert json.loads(quiet.stdout) == {"onednn": True, "variable": "1"}
+    assert ONEDNN_NOTE not in quiet.stderr
+
+
+def test_a_command_compiled_by_xla_leaves_onednn_to_tensorflow():
+    started = run_as_a_user(["-c", TENSORFLOW_STARTED, "verbose", "xla"])
+    assert json.loads(started.stdout)["variable"] is None
+    assert ONEDNN_NOTE not in started.stderr
+
+
+def test_a_user_who_turned_onednn_off_keeps_it_off():
+    started = run_as_a_user(["-c", TENSORFLOW_STARTED, "verbose"], onednn="0")
+    assert json.loads(started.stdout) == {"onednn": False, "variable": "0"}
+    assert ONEDNN_NOTE not in started.stderr
 
 
 def test_importing_the_package_sets_nothing():
@@ -89,10 +145,16 @@ def test_tensorflow_notes_are_kept_quiet_for_life_and_real_errors_are_not():
     assert died.stderr == b"a real error\n1/9\r2/9\rits last words"
 
 
-def test_the_cli_prints_no_tensorflow_start_up_notes_unless_verbose():
-    quiet = run_as_a_user(["-m", "keras_transformer", "presets"])
+@pytest.mark.parametrize("onednn", ["0", "1"])
+def test_the_cli_prints_no_tensorflow_start_up_notes_unless_verbose(onednn):
+    quiet = run_as_a_user(["-m", "keras_transformer", "presets"], onednn=onednn)
     assert "base " in quiet.stdout
     assert quiet.stderr == ""
-    # What it keeps quiet: TensorFlow does print notes on this machine.
-    loud = "from keras_transformer import runtime\nruntime.configure(quiet=False)\n"
-    assert "oneDNN" in run_as_a_user(["-c", loud + "import tensorflow"]).stderr
+    assert run_as_a_user(["-c", TENSORFLOW_STARTED, "quiet"], onednn=onednn).stderr == ""
+    # What it keeps quiet: the notes TensorFlow prints when told to, which name oneDNN where
+    # TensorFlow says it is on.
+    loud = run_as_a_user(["-c", TENSORFLOW_STARTED, "verbose"], onednn=onednn)
+    notes = [line for line in loud.stderr.splitlines() if START_UP_NOISE.search(line)]
+    assert ("oneDNN custom operations are on" in "\n".join(notes)) == json.loads(loud.stdout)[
+        "onednn"
+    ]

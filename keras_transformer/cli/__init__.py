@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         runtime.select_backend(getattr(args, "backend", "tensorflow"))
     except (ValueError, RuntimeError) as error:
         raise commands.CommandError(args.command, error) from None
-    runtime.configure(quiet=not args.verbose)
+    runtime.configure(quiet=not args.verbose, xla=bool(getattr(args, "jit_compile", False)))
     # Past a file-size limit, a write fails (EFBIG: a WriteError naming the file) rather than
     # the process being killed.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

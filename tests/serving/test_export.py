@@ -69,18 +69,16 @@ def test_layout_is_what_tensorflow_serving_loads(exported):
     assert [p.name for p in exported.iterdir()] == ["1"]  # no staging directory left behind
 
 
-def test_a_new_export_takes_the_next_version(exported, run_dir, tmp_path):
-    base = tmp_path / "m30k-ende"
-    shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
-    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
-    assert versions(base) == [1, 2]
-
-
-def test_export_logs_no_tensorflow_info(run_dir, tmp_path, caplog):
+def test_a_new_export_takes_the_next_version_and_logs_no_tensorflow_info(
+    exported, run_dir, tmp_path, caplog
+):
     """TensorFlow's INFO records at a SavedModel export (absl lists every renamed captured
     tensor, thousands of characters a signature) stay out of the command's log."""
+    base = tmp_path / "m30k-ende"
+    shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
     caplog.set_level(logging.INFO)
-    cli.main(["export", "--model", str(run_dir), "--output", str(tmp_path / "quiet")])
+    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
+    assert versions(base) == [1, 2]
     chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
     assert not chatter, [r.getMessage()[:200] for r in chatter]
     assert any(r.name == "keras_transformer.serving.saved_model" for r in caplog.records)
