@@ -255,7 +255,9 @@ test-fast: check-imports
 # cached = uncached, 8 replicas = 1, SavedModel = Keras (.ci/run runs both).
 ONEDNN_OFF_TESTS := tests/test_runtime.py tests/test_keras_internals.py \
 	tests/model/test_transformer.py tests/decoding/test_decoding.py \
-	tests/training/test_distribution.py tests/serving/test_export.py
+	tests/training/test_distribution.py \
+	tests/serving/test_export.py::test_fresh_process_translates_real_sentences_as_keras_does \
+	tests/serving/test_export.py::test_ids_signature_equals_keras_search
 test-onednn-off: install
 	TF_ENABLE_ONEDNN_OPTS=0 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(ONEDNN_OFF_TESTS)
 

@@ -24,17 +24,23 @@ def put_checkout_first(repo: Path):
     sys.path[:] = [str(repo), *others, str(here)]
 
 
+# The CPU features that decide TensorFlow's kernels (oneDNN turns itself on only with the last
+# three) and XLA's vector width.
+CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")
+
+
 def machine() -> dict:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "unknown",
-    )
+    """The CPU (its name, family and model, the features of `CPU_FEATURES` it has), the cores
+    this process may use and Python's version."""
+    fields = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    flags = fields.get("flags", "").split()
     return {
-        "cpu": model,
+        "cpu": fields.get("model name", "unknown"),
+        "cpu_family_model": f"{fields.get('cpu family')}/{fields.get('model')}",
+        "cpu_features": [feature for feature in CPU_FEATURES if feature in flags],
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
     }
