@@ -126,10 +126,10 @@ def bleu_summary(scores) -> str:
 
 def file_stem(split, search: SearchSettings, well_formed=False) -> str:
     """`val.beam4.alpha0.6`: the name of a split's hypotheses and scores under a search
-    (`.min20` after it with a minimum length)."""
+    (`.length` after the α with the |Y|^α penalty, `.min20` with a minimum length)."""
     stem = f"{split}.beam{search.beam_size}"
     if search.beam_size > 1:  # the length penalty does not change a greedy search
-        stem += f".alpha{search.alpha:g}"
+        stem += f".alpha{search.alpha:g}" + ("" if search.penalty == "gnmt" else ".length")
     if search.min_length:
         stem += f".min{search.min_length}"
     return stem + (".well_formed" if well_formed else "")

@@ -62,7 +62,7 @@ def _ensemble_flag(parser):
 
 
 def _search_flags(parser):
-    unset = {name: None for name in ("beam_size", "alpha", "extra_length", "min_length")}
+    unset = {name: None for name in ("beam_size", "alpha", "penalty", "extra_length", "min_length")}
     add_arguments(parser, SearchSettings, SEARCH_TITLE, defaults=unset, skip=("n_best",))
     parser.add_argument(
         "--well-formed",
@@ -211,7 +211,7 @@ def _translate(parser):
         "n-best output: one line a hypothesis, INDEX ||| TRANSLATION ||| SCORE ||| LOG_PROB "
         "[||| ALIGNMENT] (README, Translation output)",
         defaults={"n_best": None},
-        skip=("beam_size", "alpha", "extra_length", "min_length"),
+        skip=("beam_size", "alpha", "penalty", "extra_length", "min_length"),
     )
     n_best.add_argument(
         "--scores",
@@ -230,7 +230,9 @@ def _score(parser):
     parser.add_argument("--source", type=Path, required=True, help="sources (plain or .gz)")
     parser.add_argument("--target", type=Path, required=True, help="their translations, aligned")
     only_alpha = ("beam_size", "extra_length", "n_best", "min_length")
-    add_arguments(parser, SearchSettings, defaults={"alpha": None}, skip=only_alpha)
+    add_arguments(
+        parser, SearchSettings, defaults={"alpha": None, "penalty": None}, skip=only_alpha
+    )
     parser.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments")
     _output_flag(parser, "default stdout; one line a pair: INDEX ||| TARGET ||| SCORE ||| LOG_PROB")
 

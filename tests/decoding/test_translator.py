@@ -344,6 +344,11 @@ def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
     assert n_best_lines(output.read_text(encoding="utf-8")) == best
 
 
+def test_an_unknown_length_penalty_is_a_clear_error():
+    with pytest.raises(ConfigError, match="penalty 'gnm' must be one of gnmt, length"):
+        SearchSettings(penalty="gnm")
+
+
 def test_n_best_beyond_the_beam_is_a_clear_error(run_dir, tmp_path):
     (tmp_path / "in.en").write_text("A dog.\n", encoding="utf-8")
     arguments = ["--model", str(run_dir), "--input", str(tmp_path / "in.en")]
