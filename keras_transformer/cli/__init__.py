@@ -15,6 +15,7 @@ Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it
 import argparse
 import keyword
 import logging
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -252,6 +253,13 @@ def _evaluate(parser):
         help="decode the validation split with each length penalty α first, and the split with "
         "the one that scores best there (§6.1 chose α on the development set)",
     )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="append the command, commit, CPU, model, split, search and scores to FILE as one "
+        "JSON line (docs/RESULTS.md's figures name such records)",
+    )
 
 
 def _distill(parser):
@@ -371,6 +379,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:
         _quiet_tensorflow_info()
+    args.command_line = shlex.join(["keras-transformer", *(sys.argv[1:] if argv is None else argv)])
     try:
         args.handler(args)
     except Exception as error:
