@@ -21,6 +21,10 @@ import math
 
 from keras_transformer.errors import ConfigError
 
+# The length penalties lp(Y) (`decoding.beam_search.length_penalty`): GNMT's, §6.1's; and |Y|^α,
+# Marian's, transformers' and fairseq's.
+PENALTIES = ("gnmt", "length")
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
@@ -35,6 +39,14 @@ class SearchSettings:
         metadata={"help": "beam size; 1 decodes greedily (§6.1: 4)", "flag": "--beam"},
     )
     alpha: float = dataclasses.field(default=0.6, metadata={"help": "length penalty α (§6.1: 0.6)"})
+    penalty: str = dataclasses.field(
+        default="gnmt",
+        metadata={
+            "help": "lp(Y), which a score divides log P by: gnmt ((5 + |Y|) / 6)^α (§6.1) or "
+            "length |Y|^α (Marian's and transformers', for imported models)",
+            "choices": PENALTIES,
+        },
+    )
     extra_length: int = dataclasses.field(
         default=50,
         metadata={"help": "longest output = input length + this, at most max_length (§6.1: 50)"},
@@ -60,6 +72,8 @@ class SearchSettings:
             raise ConfigError(f"alpha {self.alpha!r} must be a number")
         if not math.isfinite(self.alpha) or self.alpha < 0:
             raise ConfigError(f"alpha {self.alpha} must be finite and at least 0")
+        if self.penalty not in PENALTIES:
+            raise ConfigError(f"penalty {self.penalty!r} must be one of {', '.join(PENALTIES)}")
         if self.n_best > self.beam_size:
             raise ConfigError(
                 f"n_best {self.n_best} must be 1 to beam_size {self.beam_size}: a search keeps "

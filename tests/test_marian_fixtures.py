@@ -1,12 +1,17 @@
 """The reference Marian checkpoints (tests/fixtures/marian) are what their README says: OPUS-MT's
 configurations in the Hugging Face Marian layout, with references that agree with one another.
 
-Read without torch; the slow test regenerates them where torch and transformers are installed.
+Read without torch; the slow tests regenerate them where the reference environment of
+benchmarks/requirements-reference.txt (torch, transformers, CTranslate2) is installed: the
+interpreter `$KT_REFERENCE_PYTHON`, by default `../venv-reference/bin/python` beside the
+repository, as tests/fixtures/marian/README.md creates it.
 """
 
 import json
+import os
+import shutil
 import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,18 +102,36 @@ def test_reference_ids_are_well_formed(name):
     reference = read_json(name, "reference.json")
     config = read_json(name, "config.json")
     eos, pad = config["eos_token_id"], config["pad_token_id"]
-    for key in ("sources", "source_ids", "greedy_ids", "beam4_ids", "beam4_scores"):
+    searches = ("greedy_ids", "beam_ids", "exhaustive_ids")
+    for key in ("sources", "source_ids", *searches, "beam_scores", "exhaustive_scores"):
         assert len(reference[key]) == SOURCES, key
     for ids in reference["source_ids"]:
         assert ids[-1] == eos and eos not in ids[:-1] and pad not in ids
-    for key in ("greedy_ids", "beam4_ids", "ctranslate2_greedy_ids"):
+    for key in (*searches, "ctranslate2_greedy_ids"):
         for ids in reference[key]:
             # `</s>` only last, never `<pad>`, within the length limit.
             assert eos not in ids[:-1] and pad not in ids, key
             assert 0 < len(ids) <= reference["max_new_tokens"], key
     assert any(ids[-1] == eos for ids in reference["greedy_ids"])  # training taught it to stop
-    assert all(score < 0 for score in reference["beam4_scores"])
+    for key in ("beam_scores", "exhaustive_scores"):
+        assert all(score < 0 for score in reference[key]), key
+    # The exhaustive search stops later, never with a lower score.
+    pairs = zip(reference["beam_scores"], reference["exhaustive_scores"], strict=True)
+    assert all(exhaustive >= early for early, exhaustive in pairs)
     assert set(reference["versions"]) == {"transformers", "torch", "ctranslate2"}
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_beam_settings_are_the_generation_configs_with_generates_defaults(name):
+    """generation_config.json sets `num_beams` and leaves `length_penalty` and `early_stopping`
+    to generate()'s defaults (1.0 and False), as the Helsinki-NLP repositories do."""
+    generation = read_json(name, "generation_config.json")
+    settings = read_json(name, "reference.json")["beam_settings"]
+    assert settings == {
+        "num_beams": generation["num_beams"],
+        "length_penalty": generation.get("length_penalty", 1.0),
+        "early_stopping": generation.get("early_stopping", False),
+    }
 
 
 def test_tc_big_sources_ask_for_both_target_languages():
@@ -143,18 +166,40 @@ def test_tensors_are_the_first_sources_and_their_greedy_decoding(name):
         assert list(logits.argmax(axis=-1)) == greedy_ids
 
 
+def reference_python() -> Path:
+    """The reference environment's interpreter; the test skips without one."""
+    default = REPO_ROOT.parent / "venv-reference" / "bin" / "python"
+    python = Path(os.environ.get("KT_REFERENCE_PYTHON", default))
+    if not python.is_file():
+        pytest.skip(f"no reference environment at {python} (tests/fixtures/marian/README.md)")
+    return python
+
+
+def run_generator(output, data_dir, *options):
+    command = [str(reference_python()), str(FIXTURES / "generate.py"), *options]
+    subprocess.run(command + ["--data-dir", str(data_dir), "--output", str(output)], check=True)
+
+
+@pytest.mark.slow
+def test_the_generator_recomputes_every_reference_of_the_checkpoints(tmp_path, multi30k_dir):
+    """`--references-only` on copies of the checkpoints: transformers' and CTranslate2's ids are
+    the committed ones, and their beam scores within float32 rounding."""
+    for name in CHECKPOINTS:
+        shutil.copytree(FIXTURES / name, tmp_path / name)
+    run_generator(tmp_path, multi30k_dir, "--references-only")
+    for name in CHECKPOINTS:
+        regenerated = json.loads((tmp_path / name / "reference.json").read_text(encoding="utf-8"))
+        committed = read_json(name, "reference.json")
+        ids = [key for key in committed if key.endswith("_ids")]
+        assert {key: regenerated[key] for key in ids} == {key: committed[key] for key in ids}
+        for key in ("beam_scores", "exhaustive_scores"):
+            np.testing.assert_allclose(regenerated[key], committed[key], atol=1e-5)
+
+
 @pytest.mark.slow
 def test_the_generator_reproduces_the_greedy_references(tmp_path, multi30k_dir):
-    for module in ("torch", "transformers", "ctranslate2"):
-        pytest.importorskip(module)
-    subprocess.run(
-        [
-            sys.executable,
-            str(FIXTURES / "generate.py"),
-            *("--data-dir", str(multi30k_dir), "--output", str(tmp_path)),
-        ],
-        check=True,
-    )
+    """The whole run, training included: seeded and single-threaded, the same greedy ids."""
+    run_generator(tmp_path, multi30k_dir)
     for name in CHECKPOINTS:
         regenerated = json.loads((tmp_path / name / "reference.json").read_text(encoding="utf-8"))
         assert regenerated["greedy_ids"] == read_json(name, "reference.json")["greedy_ids"]

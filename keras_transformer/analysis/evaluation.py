@@ -22,6 +22,8 @@ Example:
 import dataclasses
 import json
 import logging
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,10 +128,10 @@ def bleu_summary(scores) -> str:
 
 def file_stem(split, search: SearchSettings, well_formed=False) -> str:
     """`val.beam4.alpha0.6`: the name of a split's hypotheses and scores under a search
-    (`.min20` after it with a minimum length)."""
+    (`.length` after the α with the |Y|^α penalty, `.min20` with a minimum length)."""
     stem = f"{split}.beam{search.beam_size}"
     if search.beam_size > 1:  # the length penalty does not change a greedy search
-        stem += f".alpha{search.alpha:g}"
+        stem += f".alpha{search.alpha:g}" + ("" if search.penalty == "gnmt" else ".length")
     if search.min_length:
         stem += f".min{search.min_length}"
     return stem + (".well_formed" if well_formed else "")
@@ -168,6 +170,59 @@ def evaluate_corpus(
     (output_dir / f"{stem}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     (output_dir / f"{stem}.scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     return scores
+
+
+def evaluation_record(command, model, split, search: SearchSettings, scores) -> dict:
+    """What `evaluate --record` appends, one JSON line: the `command` line, the source's git
+    commit, the CPU, the `model` (run, weights, ensemble), the split, the search and the
+    scores of `evaluate_corpus` (without the search, which has its own key)."""
+    search_fields = dataclasses.asdict(search)
+    return {
+        "date": time.strftime("%Y-%m-%dT%H%MZ", time.gmtime()),
+        "command": command,
+        "commit": source_commit(),
+        "cpu": cpu_name(),
+        "cores": len(os.sched_getaffinity(0)),
+        "model": model,
+        "split": split,
+        "search": search_fields,
+        "scores": {key: value for key, value in scores.items() if key not in search_fields},
+    }
+
+
+def append_record(path, record: dict):
+    """Appends `record` to the JSON-lines file `path` (created with its directory if new)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def source_commit() -> str | None:
+    """The git commit this package's source is at, `+dirty` after it with uncommitted changes;
+    None outside a git checkout (an installed copy) or without git."""
+    here = Path(__file__).resolve().parent
+
+    def git(*arguments):
+        return subprocess.run(
+            ["git", *arguments], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as /proc/cpuinfo gives it ("unknown" without one)."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return "unknown"
+    names = (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    return next(names, "unknown")
 
 
 def split_name(source_path) -> str:

@@ -15,6 +15,7 @@ Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it
 import argparse
 import keyword
 import logging
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -62,7 +63,7 @@ def _ensemble_flag(parser):
 
 
 def _search_flags(parser):
-    unset = {name: None for name in ("beam_size", "alpha", "extra_length", "min_length")}
+    unset = {name: None for name in ("beam_size", "alpha", "penalty", "extra_length", "min_length")}
     add_arguments(parser, SearchSettings, SEARCH_TITLE, defaults=unset, skip=("n_best",))
     parser.add_argument(
         "--well-formed",
@@ -211,7 +212,7 @@ def _translate(parser):
         "n-best output: one line a hypothesis, INDEX ||| TRANSLATION ||| SCORE ||| LOG_PROB "
         "[||| ALIGNMENT] (README, Translation output)",
         defaults={"n_best": None},
-        skip=("beam_size", "alpha", "extra_length", "min_length"),
+        skip=("beam_size", "alpha", "penalty", "extra_length", "min_length"),
     )
     n_best.add_argument(
         "--scores",
@@ -230,7 +231,9 @@ def _score(parser):
     parser.add_argument("--source", type=Path, required=True, help="sources (plain or .gz)")
     parser.add_argument("--target", type=Path, required=True, help="their translations, aligned")
     only_alpha = ("beam_size", "extra_length", "n_best", "min_length")
-    add_arguments(parser, SearchSettings, defaults={"alpha": None}, skip=only_alpha)
+    add_arguments(
+        parser, SearchSettings, defaults={"alpha": None, "penalty": None}, skip=only_alpha
+    )
     parser.add_argument("--alignments", action="store_true", help="add Pharaoh word alignments")
     _output_flag(parser, "default stdout; one line a pair: INDEX ||| TARGET ||| SCORE ||| LOG_PROB")
 
@@ -249,6 +252,13 @@ def _evaluate(parser):
         metavar="ALPHA",
         help="decode the validation split with each length penalty α first, and the split with "
         "the one that scores best there (§6.1 chose α on the development set)",
+    )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="append the command, commit, CPU, model, split, search and scores to FILE as one "
+        "JSON line (docs/RESULTS.md's figures name such records)",
     )
 
 
@@ -369,6 +379,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.verbose:
         _quiet_tensorflow_info()
+    args.command_line = shlex.join(["keras-transformer", *(sys.argv[1:] if argv is None else argv)])
     try:
         args.handler(args)
     except Exception as error:

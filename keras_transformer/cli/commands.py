@@ -196,7 +196,12 @@ def run_corpus(args):
 def evaluate(args):
     """sacreBLEU, chrF and tokenized BLEU of a split, or parsing F1 for ptb"""
     from keras_transformer import run_directory
-    from keras_transformer.analysis.evaluation import evaluate_corpus, tune_alpha
+    from keras_transformer.analysis.evaluation import (
+        append_record,
+        evaluate_corpus,
+        evaluation_record,
+        tune_alpha,
+    )
     from pipelines.datasets import default_split
 
     run, dataset, _, files = run_corpus(args)
@@ -223,6 +228,14 @@ def evaluate(args):
         scores = evaluate_corpus(translator, *files[split], output, task.score, search)
     languages = f"{run['source_language']}->{run['target_language']}"
     print(f"{split} {languages} beam {search.beam_size}: {task.summary(scores)}")
+    if args.record:
+        model = {
+            "run": str(args.model),
+            "weights": str(translator.weights_path),
+            "ensemble": [str(path) for path in args.ensemble or ()],
+        }
+        record = evaluation_record(args.command_line, model, split, search, scores)
+        append_record(args.record, record)
 
 
 def distill(args):

@@ -6,7 +6,11 @@ length during inference to input length + 50, but terminate early when possible.
 The length penalty is GNMT's (Wu et al., 2016): a hypothesis Y of |Y| tokens (its EOS included)
 with log-probability log P(Y) scores
 
-    score(Y) = log P(Y) / lp(Y),    lp(Y) = ((5 + |Y|) / 6)^α.
+    score(Y) = log P(Y) / lp(Y),    lp(Y) = ((5 + |Y|) / 6)^α,
+
+or, with `penalty="length"`, lp(Y) = |Y|^α, the penalty Marian, fairseq, transformers and
+CTranslate2 divide by (`search_settings.PENALTIES`): what an imported OPUS-MT model's α was
+chosen for.
 
 The search is model-agnostic: it calls `symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`
 with the token at position `step` of every hypothesis (`[batch * beam]`, BOS at step 0) and a
@@ -30,6 +34,12 @@ compute only the sentences still open; the search is then one loop, whose cache 
 block at each block's first step. Without it a batch runs every sentence until its last one is
 done, which on real batches is two to three times the hypothesis-steps needed
 (docs/PERFORMANCE.md). The results are the same either way.
+
+A token's log-probability is the log-softmax of its logit over the whole vocabulary; the tokens
+a step may not generate (`banned_ids`, EOS before `min_length`) are masked after it, as
+transformers, Marian and fairseq mask theirs: the mass they held is not spread over the others,
+so a score is the model's log P(Y). (Masking them before normalizing, as CTranslate2 does, raises
+every score by that mass.)
 
 Alive and finished hypotheses are kept apart (as in tensor2tensor): each step extends the `beam`
 alive ones by every token, keeps the `2 × beam` best candidates (each alive one's best `2 × beam`
@@ -72,8 +82,8 @@ FIXED = "fixed"
 
 def without_tokens(scores, token_ids, vocab_axis=-1, when=True):
     """`scores` `[rows, vocab]` (or `[vocab, rows]` with `vocab_axis=0`) with the entries of
-    `token_ids` set to `NEG_INF` (if `when`, a boolean scalar): never chosen, and outside a
-    log-softmax's normalization."""
+    `token_ids` set to `NEG_INF` (if `when`, a boolean scalar): never chosen. The searches ban
+    tokens after the log-softmax over the full vocabulary (`BANS_AFTER_NORMALIZING`)."""
     if not token_ids:
         return scores
     vocabulary = tf.range(tf.shape(scores)[vocab_axis])
@@ -91,17 +101,20 @@ def without_early_eos(scores, step, min_length, eos_id=EOS_ID, vocab_axis=-1):
 
 
 def token_bias(vocab_size, token_ids):
-    """float32 `[vocab]`: `NEG_INF` at `token_ids`, 0 elsewhere. Added to logits, it keeps
-    those tokens from being chosen and out of a log-softmax's normalization."""
+    """float32 `[vocab]`: `NEG_INF` at `token_ids`, 0 elsewhere. Added to log-probabilities,
+    it keeps those tokens from being chosen."""
     if not token_ids:
         return tf.zeros([vocab_size])
     ids = sorted(set(token_ids))
     return tf.scatter_nd(tf.constant(ids)[:, None], tf.fill([len(ids)], NEG_INF), [vocab_size])
 
 
-def length_penalty(length, alpha):
-    """lp(Y) = ((5 + |Y|) / 6)^α for a hypothesis of `length` tokens (GNMT; §6.1 uses α = 0.6)."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
+def length_penalty(length, alpha, penalty="gnmt"):
+    """lp(Y) for a hypothesis of `length` tokens: `penalty` "gnmt" ((5 + |Y|) / 6)^α (§6.1 uses
+    α = 0.6), or "length" |Y|^α."""
+    length = tf.cast(length, tf.float32)
+    base = (5.0 + length) / 6.0 if penalty == "gnmt" else length
+    return tf.pow(base, tf.cast(alpha, tf.float32))
 
 
 class BeamSearchState(NamedTuple):
@@ -232,6 +245,7 @@ def beam_search(
     compact=False,
     exact_hypotheses=None,
     min_length=0,
+    penalty="gnmt",
 ) -> BeamSearchResult:
     """Batched beam search; see the module docstring.
 
@@ -259,6 +273,7 @@ def beam_search(
             full search (default all `beam_size`); those after them may differ.
         min_length: the fewest tokens before EOS (`without_early_eos`); a sentence whose
             limit is at most that many ends at its limit, every hypothesis that long.
+        penalty: the length penalty's form, "gnmt" or "length" (`length_penalty`).
 
     Returns:
         A `BeamSearchResult`.
@@ -276,10 +291,13 @@ def beam_search(
             return bias
         return bias + tf.where(step < min_length, token_bias(vocab_size, (eos_id,)), 0.0)
 
+    penalize = functools.partial(length_penalty, alpha=alpha, penalty=penalty)
     expand = functools.partial(
-        _expand, symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes
+        _expand, symbols_to_logits_fn, beam_size, penalize, eos_id, disallowed, position_axes
     )
-    is_open = functools.partial(_open_sentences, alpha=alpha, exact=exact_hypotheses or beam_size)
+    is_open = functools.partial(
+        _open_sentences, penalize=penalize, exact=exact_hypotheses or beam_size
+    )
     if compact:
         return _compacted_search(
             expand,
@@ -371,7 +389,7 @@ def _initial_state(initial_ids, beam_size, max_decode_length):
 
 
 def _expand(
-    symbols_to_logits_fn, beam_size, alpha, eos_id, disallowed, position_axes, state, max_lengths
+    symbols_to_logits_fn, beam_size, penalize, eos_id, disallowed, position_axes, state, max_lengths
 ):
     """One step: extends the alive hypotheses by every token, keeps the `2 × beam` best, sends
     those that end to the finished set and keeps the best `beam` others alive."""
@@ -380,10 +398,11 @@ def _expand(
         tf.reshape(state.alive_ids[:, :, step], [-1]), step, state.cache
     )
     vocab_size = logits.shape[-1] or tf.shape(logits)[-1]
-    # One pass over the vocabulary for the bans: a `[vocab]` bias, all but min_length's constant.
-    logits = tf.cast(logits, tf.float32) + disallowed(vocab_size, step)
+    # The log-softmax over the full vocabulary, then the bans in one pass: a `[vocab]` bias,
+    # all but min_length's constant.
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32)) + disallowed(vocab_size, step)
     top_log_probs, parents, tokens = _best_candidates(
-        logits, state.alive_log_probs, beam_size, vocab_size
+        log_probs, state.alive_log_probs, beam_size, vocab_size
     )
     ids = write_at(_gather_hypotheses(state.alive_ids, parents), step + 1, tokens)
 
@@ -398,7 +417,7 @@ def _expand(
         cache, _gather_hypotheses(parents, alive_picks), beam_size, position_axes
     )
 
-    new_scores = tf.where(ends & real, top_log_probs / length_penalty(length, alpha), NEG_INF)
+    new_scores = tf.where(ends & real, top_log_probs / penalize(length), NEG_INF)
     scores = tf.concat([state.finished_scores, new_scores], axis=1)
     finished_scores, finished_picks = tf.math.top_k(scores, k=beam_size)
 
@@ -417,11 +436,12 @@ def _expand(
     )
 
 
-def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
+def _best_candidates(log_probs, alive_log_probs, beam_size, vocab_size):
     """The `2 × beam` most probable extensions of each sentence's alive hypotheses.
 
     A candidate's log-probability is its parent's (`alive_log_probs`, `[batch, beam]`) plus its
-    token's log-softmax over the parent's row of `logits` (`[batch * beam, vocab]`). The
+    token's in the parent's row of `log_probs` (`[batch * beam, vocab]`, banned tokens at
+    `NEG_INF`). The
     parent's is the same for every token of a row, so a sentence's best candidates are among
     each of its rows' `2 × beam` best tokens (ties go to the lower token, as over the whole
     sentence): the parents' log-probabilities are added to those alone, and the `2 × beam` best
@@ -435,7 +455,7 @@ def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
     # min(2 × beam, beam × vocab) candidates in all, as over whole rows; static for XLA.
     smaller = min if isinstance(vocab_size, int) and isinstance(beam_size, int) else tf.minimum
     row_count = smaller(2 * beam_size, vocab_size)
-    row_log_probs, row_tokens = tf.math.top_k(tf.nn.log_softmax(logits), k=row_count)
+    row_log_probs, row_tokens = tf.math.top_k(log_probs, k=row_count)
     candidates = alive_log_probs[:, :, None] + tf.reshape(
         row_log_probs, [batch_size, beam_size, row_count]
     )
@@ -447,16 +467,14 @@ def _best_candidates(logits, alive_log_probs, beam_size, vocab_size):
     return top_log_probs, picks // row_count, tokens
 
 
-def _open_sentences(state: BeamSearchState, max_lengths, alpha, exact):
+def _open_sentences(state: BeamSearchState, max_lengths, penalize, exact):
     """Whether each sentence's best alive hypothesis can still beat its `exact`-th best
     finished one.
 
     Both ends of a monotone penalty bound it over the lengths still reachable; a sentence once
     closed stays closed (log-probabilities only fall, finished scores only rise).
     """
-    best_penalty = tf.maximum(
-        length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
-    )
+    best_penalty = tf.maximum(penalize(state.step + 1), penalize(max_lengths))
     best_reachable = state.alive_log_probs[:, 0] / best_penalty
     return (state.alive_log_probs[:, 0] > NEG_INF / 2) & (
         best_reachable > state.finished_scores[:, exact - 1]

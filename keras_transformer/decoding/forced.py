@@ -3,8 +3,9 @@ taken from its encoder-decoder attention over them.
 
 `forced_decode` runs the decoder once over given target ids (teacher forcing), as fairseq's
 `--score-reference` and OpenNMT-tf's `score` do. Each position's distribution is the one the
-searches decode with: PAD and BOS ruled out (`search.NEVER_GENERATED`), and for an ensemble the
-mean of its members' distributions (`ensemble.mean_log_distribution`). So the log-probability
+searches decode with: the log-softmax over the full vocabulary, then PAD and BOS ruled out
+(`search.NEVER_GENERATED`), and for an ensemble the mean of its members' distributions
+(`ensemble.mean_log_distribution`). So the log-probability
 of a hypothesis a search found equals the one the search reported for it.
 
 Alignments (`pharaoh_alignment`) read the encoder-decoder attention of the decoder layer
@@ -103,7 +104,7 @@ def forced_decode(model, source_ids, target_ids, with_attention=False) -> Forced
         weights = cross.cross_attention.last_attention_weights
         attention = tf.reduce_mean(weights, axis=1) if with_attention else None
     logits = member_logits[0] if len(members) == 1 else mean_log_distribution(member_logits)
-    log_probs = tf.nn.log_softmax(without_tokens(tf.cast(logits, tf.float32), NEVER_GENERATED))
+    log_probs = without_tokens(tf.nn.log_softmax(tf.cast(logits, tf.float32)), NEVER_GENERATED)
     picked = tf.gather(log_probs, target_ids, batch_dims=2)
     real = target_ids != PAD_ID
     return ForcedResult(

@@ -91,12 +91,14 @@ def greedy_search(
     def step_fn(step, ids, log_probs, lengths, finished, cache):
         logits, cache = symbols_to_logits_fn(ids[:, step], step, cache)
         scores = tf.transpose(tf.cast(logits, tf.float32))
+        # Normalized over the full vocabulary, banned tokens included (`beam_search`).
+        log_normalizer = tf.reduce_logsumexp(scores, axis=0)
         scores = without_tokens(scores, banned_ids, vocab_axis=0)
         scores = without_early_eos(scores, step, min_length, vocab_axis=0)
         tokens = tf.argmax(scores, axis=0, output_type=tf.int32)
         tokens = tf.where(finished, PAD_ID, tokens)
         # The log-softmax at the argmax: the maximum less the log-sum-exp.
-        token_log_probs = tf.reduce_max(scores, axis=0) - tf.reduce_logsumexp(scores, axis=0)
+        token_log_probs = tf.reduce_max(scores, axis=0) - log_normalizer
         log_probs += tf.where(finished, 0.0, token_log_probs)
         lengths += tf.cast(~finished, tf.int32)
         finished |= (tokens == EOS_ID) | (step + 1 >= max_lengths)
@@ -257,10 +259,11 @@ def beam_decode(
     compact=False,
     exact_hypotheses=None,
     min_length=0,
+    penalty="gnmt",
 ) -> BeamSearchResult:
     """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
     `constraint`, `longest_extra` and `min_length` as for `greedy_decode`, with one source row
-    per hypothesis; `compact` (not under XLA) and `exact_hypotheses` as for
+    per hypothesis; `compact` (not under XLA), `exact_hypotheses` and `penalty` as for
     `beam_search.beam_search`."""
     step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
@@ -278,6 +281,7 @@ def beam_decode(
         compact=compact,
         exact_hypotheses=exact_hypotheses,
         min_length=min_length,
+        penalty=penalty,
     )
 
 
@@ -292,19 +296,20 @@ def n_best_hypotheses(
     compact=False,
     exact_hypotheses=None,
     min_length=0,
+    penalty="gnmt",
 ) -> BeamSearchResult:
     """The `beam_size` best hypotheses of each source, best first, as a `BeamSearchResult`:
     beam search's finished set, or for `beam_size` 1 greedy decoding's one hypothesis, scored
-    as a beam's (log P / lp, §6.1). A slot the search left empty (fewer distinct hypotheses than
-    beams) scores `NEG_INF`. A tensor `beam_size`, as a serving signature takes it, chooses at
-    run time; `longest_extra` and `min_length` as for `greedy_decode`; `compact` and
-    `exact_hypotheses` as for `beam_decode`."""
+    as a beam's (log P / lp, §6.1, lp of the form `penalty`). A slot the search left empty
+    (fewer distinct hypotheses than beams) scores `NEG_INF`. A tensor `beam_size`, as a
+    serving signature takes it, chooses at run time; `longest_extra` and `min_length` as for
+    `greedy_decode`; `compact`, `exact_hypotheses` and `penalty` as for `beam_decode`."""
 
     def greedy():
         result = greedy_decode(
             model, source_ids, extra_length, True, constraint, longest_extra, min_length
         )
-        scores = result.log_probs / length_penalty(result.lengths, alpha)
+        scores = result.log_probs / length_penalty(result.lengths, alpha, penalty)
         one = (result.ids, scores, result.log_probs, result.lengths)
         return BeamSearchResult(*(tensor[:, None] for tensor in one), steps=result.steps)
 
@@ -321,6 +326,7 @@ def n_best_hypotheses(
             compact,
             exact_hypotheses,
             min_length,
+            penalty,
         )
 
     if isinstance(beam_size, int):
@@ -331,11 +337,17 @@ def n_best_hypotheses(
 def n_best_search(model, constraint=None, longest_extra=None, compact=False):
     """`n_best_hypotheses` of `model` under `constraint`, as a function of what varies from
     call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None,
-    min_length=0)`, the arguments a `tf.function` of it takes (`Translator`'s, a serving
-    signature's)."""
+    min_length=0, penalty="gnmt")`, the arguments a `tf.function` of it takes (`Translator`'s,
+    a serving signature's; `penalty`, a Python string, is traced once per form)."""
 
     def search_n_best(
-        source_ids, beam_size, alpha, extra_length, exact_hypotheses=None, min_length=0
+        source_ids,
+        beam_size,
+        alpha,
+        extra_length,
+        exact_hypotheses=None,
+        min_length=0,
+        penalty="gnmt",
     ):
         return n_best_hypotheses(
             model,
@@ -348,6 +360,7 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
             compact,
             exact_hypotheses,
             min_length,
+            penalty,
         )
 
     return search_n_best
@@ -372,11 +385,18 @@ def best_of(result: BeamSearchResult, beam_size):
 
 
 def best_hypotheses(
-    model, source_ids, beam_size, alpha, extra_length, constraint=None, min_length=0
+    model,
+    source_ids,
+    beam_size,
+    alpha,
+    extra_length,
+    constraint=None,
+    min_length=0,
+    penalty="gnmt",
 ):
     """`best_of` the `n_best_hypotheses`, searched until the best is final."""
     search = n_best_search(model, constraint)
-    result = search(source_ids, beam_size, alpha, extra_length, 1, min_length)
+    result = search(source_ids, beam_size, alpha, extra_length, 1, min_length, penalty)
     return best_of(result, beam_size)
 
 

@@ -130,6 +130,7 @@ class Translator:
             search.extra_length,
             search.n_best,
             search.min_length,
+            search.penalty,
         )
         self.hypothesis_steps += hypothesis_steps(result, search.beam_size)
         return BeamSearchResult(*(tensor[:rows] for tensor in result))
@@ -232,7 +233,7 @@ class Translator:
         def score_batch(source, batch):
             targets = [target_ids[k] for k in batch]
             forced = forced_decode(self.model, *self._padded_pairs(source, targets))
-            scores = forced.log_probs / length_penalty(forced.lengths, search.alpha)
+            scores = forced.log_probs / length_penalty(forced.lengths, search.alpha, search.penalty)
             found = zip(targets, scores.numpy(), forced.log_probs.numpy(), strict=True)
             return self._hypotheses(source, [[item] for item in found], alignments)
 

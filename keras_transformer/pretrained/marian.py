@@ -25,8 +25,9 @@ naming it. The mapping, term by term (docs/PRETRAINED.md):
 
 Ids: this package reserves PAD 0, BOS 1, EOS 2, UNK 3, where Marian numbers `</s>`, `<unk>` and
 `<pad>` as its vocabulary has them, and starts decoding from the `<pad>` row (a zero embedding).
-`vocabulary_order` puts a new PAD row (zeros) first, then Marian's `<pad>` (our BOS: decoding
-starts from it, as Marian's does), `</s>` (EOS), `<unk>` (UNK), then every other piece in
+`vocabulary_order` puts a new PAD row first (a zero embedding, and an output bias of
+`NEW_PAD_LOGIT`: the checkpoint's softmax has no such token), then Marian's `<pad>` (our BOS:
+decoding starts from it, as Marian's does), `</s>` (EOS), `<unk>` (UNK), then every other piece in
 Marian's order; the embedding rows and the output bias are permuted to match. The weights
 (`assign_weights`): torch's `Linear` holds `[out, in]`, transposed into our kernels; q/k/v
 projections split their `out` axis into `[heads, depth]`, as transformers' attention does, and
@@ -61,6 +62,10 @@ TRANSFORMERS_LAYER_NORM_EPSILON = 1e-5
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 # The text of the PAD row the import adds; no Marian vocabulary holds it.
 NEW_PAD_PIECE = "<keras_transformer:pad>"
+# The output bias of that row: the checkpoint's softmax has no such token, so its probability
+# must be 0 for our log-softmax over the full vocabulary to be the checkpoint's. exp() of a logit
+# this far down is 0 in float32 and float16, and the value is finite in float16.
+NEW_PAD_LOGIT = -1e4
 # MarianConfig's defaults for settings a config.json may leave out (transformers reads them so).
 MARIAN_DEFAULTS = {
     "scale_embedding": False,
@@ -192,8 +197,9 @@ class MarianCheckpoint:
             sinusoid_layout="halves",
             max_length=max_length or positions,
             tie_embeddings=self.setting("tie_word_embeddings"),
-            # transformers' Marian adds `final_logits_bias` always, zeros where it is missing.
-            output_bias="final_logits_bias" in self.tensors,
+            # transformers' Marian adds `final_logits_bias` always, zeros where it is missing;
+            # ours also holds the new PAD row's `NEW_PAD_LOGIT`.
+            output_bias=True,
             layer_norm_epsilon=self.layer_norm_epsilon,
         )
 
@@ -264,11 +270,13 @@ def assign_weights(model, tensors: CheckpointTensors, order: np.ndarray):
     if not config.tie_embeddings:
         output = weights.get(("lm_head.weight",), (config.vocab_size - 1, config.d_model))
         _set(model.output_projection.kernel, _reorder(output, order).T)
-    if config.output_bias:
-        bias = weights.get(("final_logits_bias",), (1, config.vocab_size - 1))[0]
-        tied = config.tie_embeddings
-        variable = model.source_embedding.logits_bias if tied else model.output_projection.bias
-        _set(variable, _reorder(bias, order))
+    bias = np.zeros((1, config.vocab_size - 1), np.float32)
+    if "final_logits_bias" in tensors:
+        bias = weights.get(("final_logits_bias",), bias.shape)
+    bias = _reorder(bias[0], order)
+    bias[order < 0] = NEW_PAD_LOGIT
+    tied = config.tie_embeddings
+    _set(model.source_embedding.logits_bias if tied else model.output_projection.bias, bias)
     for i, layer in enumerate(model.encoder_layers):
         prefix = f"model.encoder.layers.{i}."
         _assign_attention(layer.self_attention, weights, prefix + "self_attn.", config)

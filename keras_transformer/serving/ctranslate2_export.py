@@ -26,8 +26,9 @@ Our architecture maps onto the spec term for term:
   Eq. 2's ReLU, swish or GELU, each one of CTranslate2's);
 - the projection's bias: our output bias (`output_bias`, 0 without one), and
   `NEVER_GENERATED_LOGIT` on PAD and BOS: our searches never generate them
-  (`search.NEVER_GENERATED`), and with that bias neither does CTranslate2, nor does it normalize
-  over them;
+  (`search.NEVER_GENERATED`), and with that bias neither does CTranslate2. It then leaves them
+  out of its log-softmax, as it does any token it bans, where our searches mask them after the
+  log-softmax over the full vocabulary: its scores exceed ours by the probability they held;
 - the vocabulary, the tokenizer's pieces in id order, with its special pieces as `<unk>`,
   `<s>` (also the decoder's start), `</s>`; `add_source_eos` appends EOS to a source, so a
   caller passes the tokenizer's pieces alone. The subword model is copied beside.

@@ -59,8 +59,8 @@ export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by
 translator carries a `tree_constraint.WellFormedTrees`, which then goes into every signature).
 TensorFlow Serving requires every input of a signature, so the search settings get a signature of
 their own rather than optional inputs. The minimum length (`SearchSettings.min_length`, 0 by
-default) is the export's, in every signature: an input for it would be one that the clients of
-earlier exports do not send.
+default) and the length penalty's form (`penalty`) are the export's, in every signature: an input
+for them would be one that the clients of earlier exports do not send.
 With `jit_compile=True` (`keras-transformer export --jit-compile`) the signatures run their search
 as one XLA program, which answers a request in much less time (docs/PERFORMANCE.md). XLA compiles
 once per request shape and search settings, seconds each; the search pads a request's batch to
@@ -208,11 +208,11 @@ class TranslationModule(tf.Module):
     ) -> BeamSearchResult:
         """The n-best hypotheses of source ids for a checked request search (with
         `exact_hypotheses`, only that many of the best are sure to be the full search's) and
-        the export's minimum length."""
-        min_length = self.default_search.min_length
+        the export's minimum length and length penalty's form."""
+        min_length, penalty = self.default_search.min_length, self.default_search.penalty
         if not self._jit_compile:
             return self._n_best(
-                source_ids, beam_size, alpha, extra_length, exact_hypotheses, min_length
+                source_ids, beam_size, alpha, extra_length, exact_hypotheses, min_length, penalty
             )
         # XLA compiles once per source shape and beam size (a Python int per branch; one
         # program serves every request, so it searches every hypothesis exactly): padding
@@ -226,7 +226,13 @@ class TranslationModule(tf.Module):
         padded = pad_rows_to_bucket(pad_width_to_bucket(source_ids, LENGTH_BUCKET, max_length))
         branches = [
             functools.partial(
-                self._n_best, padded, beam, alpha, extra_length, min_length=min_length
+                self._n_best,
+                padded,
+                beam,
+                alpha,
+                extra_length,
+                min_length=min_length,
+                penalty=penalty,
             )
             for beam in self.beam_sizes
         ]

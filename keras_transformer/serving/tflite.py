@@ -82,6 +82,7 @@ def tflite_search_function(model, source_length, search=SearchSettings(), constr
             search.extra_length,
             constraint,
             search.min_length,
+            search.penalty,
         )
         return {"target_ids": target_ids, "scores": scores}
 

@@ -75,7 +75,15 @@ def test_beam_of_one_without_penalty_is_greedy(min_length):
     np.testing.assert_allclose(beam.log_probs[:, 0], greedy.log_probs, atol=1e-5)
 
 
-def test_banned_tokens_are_never_generated_nor_normalized_over():
+def log_softmax(logits):
+    """NumPy's log-softmax over the last axis, in float64."""
+    logits = np.asarray(logits, np.float64)
+    return logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+
+
+def test_banned_tokens_are_never_generated_and_masked_after_normalizing():
+    """As transformers, Marian and fairseq: the log-softmax over the whole vocabulary, banned
+    tokens included, then the ban; a score is the model's log-probability."""
     # PAD and BOS score highest at both steps; of the other tokens, 4 and then EOS.
     table = np.array([[9.0, 8.0, -5.0, 1.0, 3.0, 2.0], [9.0, 8.0, 4.0, 1.0, 3.0, 2.0]], "float32")
 
@@ -85,9 +93,8 @@ def test_banned_tokens_are_never_generated_nor_normalized_over():
     first_ids, banned = tf.constant([BOS_ID]), (PAD_ID, BOS_ID)
     greedy = greedy_search(symbols_to_logits, first_ids, (), 2, banned_ids=banned)
     beam = beam_search(symbols_to_logits, first_ids, (), 2, 0.0, 2, banned_ids=banned)
-    allowed = table[:, 2:]  # EOS, 3, 4, 5
-    log_softmax = allowed - np.log(np.exp(allowed).sum(axis=1, keepdims=True))
-    expected = log_softmax[0, 4 - 2] + log_softmax[1, EOS_ID - 2]
+    full = log_softmax(table)
+    expected = full[0, 4] + full[1, EOS_ID]
     np.testing.assert_array_equal(greedy.ids[0].numpy(), [4, EOS_ID])
     np.testing.assert_array_equal(beam.ids[0, 0].numpy(), [4, EOS_ID])
     np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
@@ -95,7 +102,7 @@ def test_banned_tokens_are_never_generated_nor_normalized_over():
     assert unbanned.ids[0, 0] == PAD_ID  # what the ban rules out
 
 
-def test_min_length_holds_eos_back_and_normalizes_without_it():
+def test_min_length_holds_eos_back_after_normalizing_with_it():
     # EOS scores highest at both steps; token 4 second.
     table = np.array([[-9.0, -9.0, 5.0, 1.0, 3.0, 2.0]] * 2, "float32")
 
@@ -105,43 +112,70 @@ def test_min_length_holds_eos_back_and_normalizes_without_it():
     first_ids, banned = tf.constant([BOS_ID]), (PAD_ID, BOS_ID)
     greedy = greedy_search(symbols_to_logits, first_ids, (), 3, banned_ids=banned, min_length=1)
     beam = beam_search(symbols_to_logits, first_ids, (), 2, 0.0, 3, banned_ids=banned, min_length=1)
-    allowed = table[0, 2:]
-    without_eos = allowed[1:] - np.log(np.exp(allowed[1:]).sum())  # 3, 4, 5
-    with_eos = allowed - np.log(np.exp(allowed).sum())  # EOS, 3, 4, 5
-    expected = without_eos[4 - 3] + with_eos[EOS_ID - 2]
+    full = log_softmax(table[0])
+    expected = full[4] + full[EOS_ID]
     np.testing.assert_array_equal(greedy.ids[0].numpy(), [4, EOS_ID, PAD_ID])
     np.testing.assert_array_equal(beam.ids[0, 0].numpy(), [4, EOS_ID, PAD_ID])
     np.testing.assert_allclose([greedy.log_probs[0], beam.log_probs[0, 0]], [expected] * 2, 1e-6)
 
 
-@pytest.mark.parametrize(
-    "batch_size, beam_size, vocab_size, banned",
-    [(3, 4, 50, (PAD_ID, BOS_ID, EOS_ID)), (2, 2, 3, ()), (2, 3, 1, ())],
-)
-def test_candidates_from_each_rows_best_logits_are_those_of_the_full_log_softmax(
-    batch_size, beam_size, vocab_size, banned
-):
-    # Distinct logits and parent log-probabilities: no two candidates tie.
+def distinct_candidates(batch_size, beam_size, vocab_size):
+    """Distinct logits and parent log-probabilities: no two candidates tie."""
     rng = np.random.default_rng(3)
     rows = batch_size * beam_size
     logits = rng.permutation(rows * vocab_size).reshape(rows, vocab_size) / 7.0
-    alive_log_probs = -rng.permutation(rows).reshape(batch_size, beam_size) / 3.0
-    # The step before: the banned tokens out of the normalization, every parent plus every token
-    # ranked over the whole sentence.
-    allowed = np.where(np.isin(np.arange(vocab_size), banned), -np.inf, logits)
-    log_softmax = allowed - np.log(np.exp(allowed).sum(axis=1, keepdims=True))
-    every = (alive_log_probs[:, :, None] + log_softmax.reshape(batch_size, beam_size, -1)).reshape(
+    return logits, -rng.permutation(rows).reshape(batch_size, beam_size) / 3.0
+
+
+def tied_candidates(batch_size, beam_size, vocab_size):
+    """Ties everywhere: logits of 4 values, so equal within a row; rows drawn from 2, parents'
+    log-probabilities from 2 values, so equal candidates across parents too. Rows of equal
+    logits are equal rows, so their log-softmax is computed alike, bit for bit."""
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, 4, size=(2, vocab_size)) / 2.0
+    logits = rows[rng.integers(0, 2, size=batch_size * beam_size)]
+    return logits, -rng.integers(0, 2, size=(batch_size, beam_size)) / 4.0
+
+
+@pytest.mark.parametrize(
+    "batch_size, beam_size, vocab_size, banned, candidates",
+    [
+        (3, 4, 50, (PAD_ID, BOS_ID, EOS_ID), distinct_candidates),
+        (2, 2, 3, (), distinct_candidates),
+        (2, 3, 1, (), distinct_candidates),
+        (3, 4, 50, (PAD_ID, BOS_ID, EOS_ID), tied_candidates),
+        (2, 3, 6, (PAD_ID,), tied_candidates),
+    ],
+)
+def test_candidates_from_each_rows_best_are_the_ranking_of_the_whole_sentence(
+    batch_size, beam_size, vocab_size, banned, candidates
+):
+    """The `2 × beam` candidates, found among each row's `2 × beam` best tokens, are exactly
+    NumPy's ranking of every parent plus every token over the whole sentence, ties (equal
+    logits, equal parents) going to the lower parent and then the lower token."""
+    logits, alive_log_probs = candidates(batch_size, beam_size, vocab_size)
+    # The full log-softmax, then the banned tokens ruled out.
+    log_probs = np.where(np.isin(np.arange(vocab_size), banned), -np.inf, log_softmax(logits))
+    every = (alive_log_probs[:, :, None] + log_probs.reshape(batch_size, beam_size, -1)).reshape(
         batch_size, -1
     )
     best = np.argsort(-every, axis=1, kind="stable")[:, : min(2 * beam_size, every.shape[1])]
+    # Candidates either tie exactly or differ by far more than float32 rounds them apart.
+    finite = np.sort(every[np.isfinite(every)])
+    gaps = np.diff(finite)
+    assert np.all((gaps == 0) | (gaps > 1e-4))
+    if candidates is tied_candidates:
+        assert np.any(gaps == 0)
 
-    biased = tf.constant(logits, tf.float32) + beam_search_module.token_bias(vocab_size, banned)
-    log_probs, parents, tokens = beam_search_module._best_candidates(
-        biased, tf.constant(alive_log_probs, tf.float32), beam_size, vocab_size
+    masked = tf.nn.log_softmax(tf.constant(logits, tf.float32)) + beam_search_module.token_bias(
+        vocab_size, banned
+    )
+    top_log_probs, parents, tokens = beam_search_module._best_candidates(
+        masked, tf.constant(alive_log_probs, tf.float32), beam_size, vocab_size
     )
     np.testing.assert_array_equal(parents.numpy(), best // vocab_size)
     np.testing.assert_array_equal(tokens.numpy(), best % vocab_size)
-    np.testing.assert_allclose(log_probs.numpy(), np.take_along_axis(every, best, 1), rtol=1e-5)
+    np.testing.assert_allclose(top_log_probs.numpy(), np.take_along_axis(every, best, 1), 1e-5)
 
 
 @pytest.mark.parametrize("compact", [False, True])
@@ -196,21 +230,24 @@ def test_each_sentence_of_a_batch_decodes_as_if_alone(model):
 
 
 def sequence_log_probs(model, source, sequences):
-    """log P(Y | source) of each sequence by one full forward pass (PAD, BOS ruled out)."""
+    """log P(Y | source) of each sequence by one full forward pass (the full log-softmax, then
+    PAD and BOS ruled out)."""
     width = max(map(len, sequences))
     target_out = padded([list(s) for s in sequences])
     target_in = padded([[BOS_ID, *s[:-1]] for s in sequences])
     sources = np.repeat(source, len(sequences), axis=0)
-    logits = model((sources, target_in)).numpy()
-    logits[..., [PAD_ID, BOS_ID]] = NEG_INF
-    log_probs = tf.nn.log_softmax(logits).numpy()
+    log_probs = tf.nn.log_softmax(model((sources, target_in))).numpy()
+    log_probs[..., [PAD_ID, BOS_ID]] = NEG_INF
     picked = np.take_along_axis(log_probs, target_out[..., None], axis=-1)[..., 0]
     lengths = np.array([len(s) for s in sequences])
     return (picked * (np.arange(width) < lengths[:, None])).sum(1), lengths
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_beam_as_wide_as_the_search_space_finds_the_brute_force_best(alpha):
+@pytest.mark.parametrize(
+    "alpha, penalty", [(0.0, "gnmt"), (0.6, "gnmt"), (2.0, "gnmt"), (1.0, "length")]
+)
+def test_beam_as_wide_as_the_search_space_finds_the_brute_force_best(alpha, penalty):
+    """GNMT's penalty ((5 + |Y|) / 6)^α, or |Y|^α (`penalty="length"`, transformers')."""
     tf.keras.utils.set_random_seed(3)
     # Outputs {EOS, 3, 4, 5}; at most 3 tokens; sharpened weights make the choice matter.
     model = Transformer(TransformerConfig.preset("tiny", vocab_size=6))
@@ -221,9 +258,9 @@ def test_beam_as_wide_as_the_search_space_finds_the_brute_force_best(alpha):
         (*prefix, EOS_ID) for n in range(3) for prefix in itertools.product(words, repeat=n)
     ] + list(itertools.product(words, repeat=3))  # ended by EOS, or by the length limit
     log_probs, lengths = sequence_log_probs(model, source, sequences)
-    scores = log_probs / ((5 + lengths) / 6) ** alpha
+    scores = log_probs / (((5 + lengths) / 6) if penalty == "gnmt" else lengths) ** alpha
 
-    result = beam_decode(model, source, beam_size=64, alpha=alpha, extra_length=0)
+    result = beam_decode(model, source, 64, alpha, extra_length=0, penalty=penalty)
     ranked = np.argsort(-scores)
     found = result.ids[0].numpy()
     for rank in range(5):  # the best hypotheses, in order

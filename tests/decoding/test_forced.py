@@ -50,15 +50,16 @@ def test_forced_log_probs_of_an_ensemble_equal_its_searchs_own(model):
 
 
 def reference_log_prob(model, source, target):
-    """log P(target | source) summed token by token from the full pass's logits in numpy, PAD
-    and BOS left out of each position's normalization, as the searches leave them out."""
+    """log P(target | source) summed token by token from the full pass's logits in numpy, each
+    position normalized over the whole vocabulary, as the searches normalize it (PAD and BOS,
+    which they never generate, included)."""
     target_in = np.array([[BOS_ID, *target[:-1]]], np.int32)
     logits = model((source[None], target_in), training=False).numpy()[0].astype(np.float64)
     total = 0.0
     for position, token in enumerate(target):
-        allowed = [i for i in range(logits.shape[-1]) if i not in (PAD_ID, BOS_ID)]
-        row = logits[position, allowed]
-        total += logits[position, token] - (row.max() + np.log(np.exp(row - row.max()).sum()))
+        row = logits[position]
+        assert token not in (PAD_ID, BOS_ID)
+        total += row[token] - (row.max() + np.log(np.exp(row - row.max()).sum()))
     return total
 
 

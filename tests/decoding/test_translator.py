@@ -1,8 +1,10 @@
 """Sentences in, translations out: order, empty and over-long lines, the CLI, BLEU, attention."""
 
+import dataclasses
 import json
 import logging
 import math
+import shlex
 import shutil
 
 import numpy as np
@@ -146,6 +148,29 @@ def test_evaluate_command_scores_the_test_split_of_the_runs_dataset(
     scores = json.loads((output / "test_2016_flickr.beam2.alpha0.6.scores.json").read_text())
     assert (scores["sentences"], scores["alpha"], scores["extra_length"]) == (4, 0.6, EXTRA)
     assert len((output / "test_2016_flickr.beam2.alpha0.6.hyp").read_text().splitlines()) == 4
+
+
+def test_evaluate_record_appends_one_json_line_a_run(run_dir, first_lines_data, tmp_path):
+    """`--record FILE`: the command, the commit, the CPU, the model, the split, the search and
+    the scores, a line per evaluation; `--penalty length` names its files apart."""
+    output, record = tmp_path / "eval", tmp_path / "records" / "bleu.jsonl"
+    arguments = ["--model", str(run_dir), "--data-dir", str(first_lines_data)]
+    arguments += ["--output", str(output), "--extra-length", str(EXTRA), "--record", str(record)]
+    cli.main(["evaluate", *arguments, "--beam", "2"])
+    cli.main(["evaluate", *arguments, "--beam", "2", "--penalty", "length", "--alpha", "1"])
+    first, second = (json.loads(line) for line in record.read_text().splitlines())
+    scores = json.loads((output / "test_2016_flickr.beam2.alpha0.6.scores.json").read_text())
+    assert first["command"] == shlex.join(
+        ["keras-transformer", "evaluate", *arguments, "--beam", "2"]
+    )
+    assert first["scores"]["bleu"] == scores["bleu"] and "alpha" not in first["scores"]
+    assert first["search"] == dataclasses.asdict(short(2))
+    assert (first["split"], first["model"]["run"]) == ("test_2016_flickr", str(run_dir))
+    assert first["model"]["weights"].endswith(".weights.h5") and first["cpu"]
+    assert first["commit"] is None or len(first["commit"].removesuffix("+dirty")) == 40
+    assert (second["search"]["penalty"], second["search"]["alpha"]) == ("length", 1.0)
+    length = json.loads((output / "test_2016_flickr.beam2.alpha1.length.scores.json").read_text())
+    assert second["scores"]["bleu"] == length["bleu"]
 
 
 def test_evaluate_command_tunes_the_length_penalty_on_validation_first(
@@ -342,6 +367,11 @@ def test_translate_command_prints_n_best_lines_with_scores_and_alignments(
     cli.main(["translate", *arguments, *search, "--scores"])
     best = [next(line for line in lines if line[0] == i)[:4] for i in range(len(SENTENCES))]
     assert n_best_lines(output.read_text(encoding="utf-8")) == best
+
+
+def test_an_unknown_length_penalty_is_a_clear_error():
+    with pytest.raises(ConfigError, match="penalty 'gnm' must be one of gnmt, length"):
+        SearchSettings(penalty="gnm")
 
 
 def test_n_best_beyond_the_beam_is_a_clear_error(run_dir, tmp_path):

@@ -15,7 +15,11 @@ from keras_transformer.pretrained.importer import (
     ImportOptions,
     import_checkpoint,
 )
-from keras_transformer.pretrained.marian import NEW_PAD_PIECE, UnsupportedCheckpointError
+from keras_transformer.pretrained.marian import (
+    NEW_PAD_LOGIT,
+    NEW_PAD_PIECE,
+    UnsupportedCheckpointError,
+)
 from keras_transformer.run_directory import CheckpointError, read_config, read_settings
 from marian_checkpoints import EOS, PAD, PIECES, marian_tensors, write_marian_checkpoint
 from pipelines.marian_tokenizer import read_vocabulary
@@ -98,7 +102,7 @@ def test_embedding_rows_and_output_bias_move_with_their_ids(tmp_path):
     embeddings = model.source_embedding.embeddings.numpy()
     bias = model.source_embedding.logits_bias.numpy()
     marian_ids = [None, PAD, EOS, 1, *range(2, PAD)]
-    assert not embeddings[0].any() and bias[0] == 0  # the new PAD row
+    assert not embeddings[0].any() and bias[0] == NEW_PAD_LOGIT  # the new PAD row: P = 0
     for ours, theirs in enumerate(marian_ids[1:], start=1):
         np.testing.assert_array_equal(embeddings[ours], tensors["model.shared.weight"][theirs])
         assert bias[ours] == tensors["final_logits_bias"][0, theirs]
@@ -123,11 +127,16 @@ def test_untied_output_embeddings_are_a_separate_projection(tmp_path):
     np.testing.assert_allclose(logits[1], logits[0], atol=1e-5)
 
 
-def test_without_final_logits_bias_the_logits_have_no_bias(tmp_path):
+def test_without_final_logits_bias_the_bias_is_zero_but_on_the_new_pad_row(tmp_path):
+    """As transformers' Marian, which adds zeros where the bias is missing."""
     tensors = marian_tensors()
     del tensors["final_logits_bias"]
     checkpoint = write_marian_checkpoint(tmp_path / "checkpoint", tensors=tensors)
-    assert not read_config(import_checkpoint(checkpoint, tmp_path / "run")).output_bias
+    run = import_checkpoint(checkpoint, tmp_path / "run")
+    model = Transformer(read_config(run))
+    model.load_weights(run / "model.weights.h5")
+    bias = model.source_embedding.logits_bias.numpy()
+    assert bias[0] == NEW_PAD_LOGIT and not bias[1:].any()
 
 
 def test_a_missing_tensor_names_the_file_and_the_tensor(tmp_path):

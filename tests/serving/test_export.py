@@ -319,6 +319,25 @@ def test_tflite_translates_real_sentences_as_the_saved_model(
         np.testing.assert_allclose(lite["scores"], served["scores"].numpy(), atol=1e-4)
 
 
+def test_tflite_searches_with_its_min_length_and_penalty(translator, multi30k_dir, tmp_path):
+    """The search fixed in a TFLite model, a minimum length and the |Y|^α penalty included,
+    gives the `Translator`'s ids and scores under the same settings; no output ends before
+    `min_length` tokens."""
+    search = SearchSettings(beam_size=2, alpha=1.0, penalty="length", extra_length=6)
+    search = search.replace(min_length=5)
+    path = export_tflite(
+        translator, tmp_path / "m.tflite", source_length=TFLITE_SOURCE, search=search
+    )
+    runner = tflite_runner(path)
+    sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:4]
+    for source in padded_sources(translator, sentences):
+        lite = runner(source_ids=source)
+        ids, scores = translator.decode_ids(source, search)
+        np.testing.assert_array_equal(lite["target_ids"], ids.numpy())
+        np.testing.assert_allclose(lite["scores"], scores.numpy(), atol=1e-4)
+        assert EOS_ID not in lite["target_ids"][0, : search.min_length].tolist()
+
+
 def test_tflite_ships_its_subword_model_and_how_to_tokenize(tflite_float, run_dir):
     directory = tokenizer_directory(tflite_float)
     note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
