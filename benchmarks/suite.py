@@ -27,7 +27,7 @@ from records import machine
 REPO = Path(__file__).resolve().parents[1]
 # pytest's `--durations` lines: `12.34s call     tests/x.py::test_y[param]`.
 DURATION = re.compile(r"^(\d+\.\d+)s (setup|call|teardown)\s+(\S+?)::(\S+)$")
-SUMMARY = re.compile(r"^=*\s*(\d+ passed.*) in [\d.]+s")
+SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*) in [\d.]+s")
 
 
 def where_time_goes(output: str, slowest: int = 15) -> dict:

@@ -48,7 +48,7 @@ def test_a_ptb_run_decodes_with_the_search_of_section_6_3():
     assert parsing.search == SearchSettings(beam_size=21, alpha=0.3, extra_length=300)
     assert translation.search == SearchSettings(beam_size=4, alpha=0.6, extra_length=50)
     args = cli.build_parser().parse_args(["evaluate", "--model", "run", "--alpha", "0.5"])
-    assert commands.searched(parsing, args) == SearchSettings(21, 0.5, 300)
+    assert commands.searched(parsing, args) == SearchSettings(21, 0.5, extra_length=300)
 
 
 def test_parse_scores_repair_what_they_score():

@@ -104,7 +104,7 @@ def test_a_wordpiece_run_translates_and_exports_as_its_keras_translator(tmp_path
     assert translator.tokenizer.kind == "wordpiece"
 
     sentences = (prepared / "test.source.txt").read_text(encoding="utf-8").splitlines()[:4]
-    expected = translator.translate(sentences, SearchSettings(2, 0.6, 10))
+    expected = translator.translate(sentences, SearchSettings(2, 0.6, extra_length=10))
     (tmp_path / "input.xx").write_text("".join(f"{s}\n" for s in sentences), encoding="utf-8")
     capsys.readouterr()
     beam = ["--beam", "2", "--extra-length", "10"]
