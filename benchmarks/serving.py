@@ -49,8 +49,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from keras_transformer.decoding.translator import load_run
-from keras_transformer.serving.layout import WARMUP_REQUESTS
-from keras_transformer.serving.saved_model import versions
+from keras_transformer.export.layout import WARMUP_REQUESTS
+from keras_transformer.export.saved_model import versions
 from pipelines.corpus import read_lines
 
 NAME = "bench"
@@ -77,6 +77,10 @@ class Server:
             raise RuntimeError(f"the server did not start: {line!r}")
         self.rest_port, self.grpc_port = int(match[1]), int(match[2])
         self.url = f"http://127.0.0.1:{self.rest_port}/v1/models/{NAME}"
+
+    def threads(self) -> int:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"Threads:\s+(\d+)", status)[1])
 
     def peak_rss_mib(self):
         status = Path(f"/proc/{self.process.pid}/status").read_text()
@@ -311,13 +315,18 @@ def profile(args, sentences, batch_size) -> dict:
 
 
 def ending(connection) -> str:
-    """Waits for the server to end `connection`: "closed" (evicted for a new connection, or its
-    socket timeout), or "refused" (503 at once: over serve's --max-connections, all answering)."""
+    """Waits for the server to end `connection`: "closed" (its socket timeout, or no reply in
+    the probe's 60 s), "timed out" (408 after serve's --socket-timeout-s), or "refused" (503 at
+    once: over serve's --max-connections)."""
     try:
         data = connection.recv(1024)
     except OSError:  # reset: closed too
         return "closed"
-    return "refused" if data.startswith(b"HTTP/1.1 503") else "closed" if not data else "answered"
+    if data.startswith(b"HTTP/1.1 503"):
+        return "refused"
+    if data.startswith(b"HTTP/1.1 408"):
+        return "timed out"
+    return "closed" if not data else "answered"
 
 
 def stalled_connections(server, sentences, count=200):
@@ -337,7 +346,7 @@ def stalled_connections(server, sentences, count=200):
         "probe": "200 stalled connections",
         "served_meanwhile": {str(k): served.count(k) for k in set(served)},
         "stalled_ended_by_server": {k: endings.count(k) for k in set(endings)},
-        "evicted": int(metric_total(server, "keras_transformer_serving_evicted_connections_total")),
+        "server_threads": server.threads(),
         "closed_within_s": round(seconds, 1),
     }
 

@@ -11,10 +11,11 @@ origin, and says so to the browser: every file is sent with a Content-Security-P
 `keras-transformer serve --no-ui` leaves the page out.
 """
 
-from http import HTTPStatus
 from importlib import resources
 
-from keras_transformer.serving.rest import Reply, Request
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 # The page's files by URL path; nothing else under the folder is served.
 FILES = {"/": "index.html", "/static/style.css": "style.css", "/static/app.js": "app.js"}
@@ -36,22 +37,22 @@ HEADERS = {
 
 
 class WebPage:
-    """An app of `ModelServer` (`server.apps.append(WebPage())`): answers `GET` of the page's
-    files, and leaves every other request to the next app."""
+    """The page's files as routes of the server's application (`server.add_routes(
+    WebPage().routes())`): each answers `GET` (and `HEAD`) of its path."""
 
     def __init__(self):
         folder = resources.files(__package__) / "web"
-        self.replies = {
-            path: Reply(
-                HTTPStatus.OK,
-                (folder / name).read_bytes(),
-                CONTENT_TYPES[name[name.rindex(".") :]],
-                HEADERS,
-            )
+        self.files = {
+            path: ((folder / name).read_bytes(), CONTENT_TYPES[name[name.rindex(".") :]])
             for path, name in FILES.items()
         }
 
-    def __call__(self, request: Request) -> Reply | None:
-        if request.method != "GET":
-            return None
-        return self.replies.get(request.path)
+    def reply(self, path: str) -> Response:
+        content, content_type = self.files[path]
+        return Response(content, headers=HEADERS, media_type=content_type)
+
+    def routes(self) -> list[Route]:
+        async def endpoint(request: Request) -> Response:
+            return self.reply(request.url.path)
+
+        return [Route(path, endpoint, methods=["GET"]) for path in FILES]

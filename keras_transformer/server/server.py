@@ -9,25 +9,26 @@ tests. In production, the stock container serves the same directory unchanged:
         -v "$PWD/saved_models/m30k-ende:/models/m30k-ende" -e MODEL_NAME=m30k-ende \\
         tensorflow/serving   # an image with the tensorflow-text ops, e.g. built with them linked in
 
-The parts, one a module:
+The parts (the package's docstring lists its modules):
 
-- `rest` and `grpc_service`: the two APIs (`grpc_service` through the official
-  `tensorflow-serving-api` servicers, so its client stubs work);
-- `model_config` and `model_manager`: the models by name, from TF Serving's model config file,
-  polled and reloaded without failing a request;
-- `lifecycle`: the versions under a base path, polled, loaded (warm-up requests included),
-  served and unloaded as TF Serving's version policies do;
-- `batching`: the bounded queue and server-side batching (TF Serving's batching parameters);
-- `limits`: what one request may ask, checked before anything of its size is built;
-- `metrics`: Prometheus metrics at `/monitoring/prometheus/metrics`, by model;
-- this module: the dispatch both APIs share (deadlines, in-flight requests, metrics) and the
-  server's start, graceful drain (on SIGTERM and SIGINT in `keras-transformer serve`) and stop.
+- `apis`: TF Serving's REST API and LibreTranslate's as routes of one Starlette (ASGI)
+  application, served by uvicorn (httptools, uvloop); TF Serving's gRPC API on grpcio, through
+  the official `tensorflow-serving-api` servicers, so its client stubs work;
+- `page`: the web page;
+- `models`: the models by name, their versions, the batching queue, limits and metrics;
+- this module: the dispatch all APIs share (deadlines, in-flight requests, metrics), the worker
+  threads that take model calls off the event loop, and the server's start, graceful drain (on
+  SIGTERM and SIGINT in `keras-transformer serve`) and stop.
 
-The server binds 127.0.0.1 unless told otherwise.
+HTTP connections, idle or stalled mid-body, cost a socket and a coroutine each, not a thread;
+`Network.max_connections` bounds them (beyond, a request is answered 503 by uvicorn). The server
+binds 127.0.0.1 unless told otherwise.
 """
 
+import asyncio
 import logging
 import signal
+import socket
 import threading
 import time
 from concurrent import futures
@@ -35,97 +36,111 @@ from contextlib import contextmanager
 from functools import partial
 
 import grpc
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.serving import grpc_service, rest
-from keras_transformer.serving.batching import BatchingParameters, BatchScheduler, Task, batch_key
-from keras_transformer.serving.errors import ServingError, deadline_exceeded, unavailable
-from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.metrics import ServingMetrics
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.servable import AVAILABLE
+from keras_transformer.server.apis import grpc_service, rest
+from keras_transformer.server.errors import ServingError, deadline_exceeded, unavailable
+from keras_transformer.server.models.batching import BatchScheduler, Task, batch_key
+from keras_transformer.server.models.metrics import ServingMetrics
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.models.servable import AVAILABLE
+from keras_transformer.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
-
 
 class ModelServer:
-    """REST and gRPC front ends of the models of a `ModelManager`; port 0 picks a free port.
+    """TF Serving's REST and gRPC APIs over the models of a `ModelManager`, as `settings` say;
+    port 0 picks a free port. `add_routes` adds other APIs (LibreTranslate's, the page) to the
+    HTTP application.
 
-    `rest_api_timeout_in_ms` is a REST request's deadline (TF Serving's flag of that name);
-    a gRPC request's is its RPC's. `socket_timeout_s`: how long a REST connection may stall.
-    `poll_seconds`: how often each base path is looked at for new versions (None: never); the
-    manager's config file is polled as the manager says.
-    `apps`: other APIs on the REST port (`rest.Request` -> `rest.Reply` or None), asked in turn
-    before TF Serving's routes; append to it before `start()`.
+    A REST request's deadline is `rest_api_timeout_in_ms` (TF Serving's flag of that name); a
+    gRPC request's is its RPC's. Each model's base path is polled as its manager says.
 
     Example (not run as a doctest: it binds ports)::
 
         models = ModelManager.from_configs([ModelConfig("m30k-ende", "saved_models/m30k-ende")])
-        server = ModelServer(models, rest_port=8501)
+        server = ModelServer(models, ServerSettings())
         server.start()   # returns at once; server.drain() answers what is in flight and ends it
     """
 
-    def __init__(
-        self,
-        models: ModelManager,
-        host="127.0.0.1",
-        rest_port=8501,
-        grpc_port=8500,
-        max_body_bytes=MAX_BODY_BYTES,
-        workers=64,
-        limits=None,
-        batching=None,
-        rest_api_timeout_in_ms=30_000,
-        socket_timeout_s=30.0,
-        poll_seconds=None,
-    ):
+    def __init__(self, models: ModelManager, settings: ServerSettings = ServerSettings()):
         self.models = models
-        self.limits = limits or Limits()
-        self.max_body_bytes = max_body_bytes
-        self.rest_api_timeout_in_ms = rest_api_timeout_in_ms
-        self.socket_timeout_s = socket_timeout_s
-        self.poll_seconds = poll_seconds
+        self.settings = settings
+        self.limits = settings.limits
+        network = settings.network
         self.metrics = ServingMetrics(self._weight_bytes)
-        self.apps: list = []
-        self.scheduler = BatchScheduler(batching or BatchingParameters(), self.metrics)
+        self.scheduler = BatchScheduler(settings.batching, self.metrics)
+        self._workers = futures.ThreadPoolExecutor(network.workers, thread_name_prefix="worker")
         self._in_flight = 0
-        self._replies_open = 0
         self._draining = False
         self._changed = threading.Condition()
+        self.app = Starlette(
+            routes=rest.TfServingRest(self).routes(),
+            exception_handlers={404: rest.malformed, 405: rest.malformed},
+        )
         try:
-            self._http = rest.QueueingHTTPServer(
-                (host, rest_port),
-                rest.handler_class(self),
-                self.limits.max_connections,
-                self.metrics.evicted.inc,
+            self._socket = socket.create_server(
+                (network.host, network.rest_port),
+                family=socket.AF_INET6 if ":" in network.host else socket.AF_INET,
+                backlog=network.max_connections,
             )
         except OSError as error:
-            self.scheduler.close()
-            raise OSError(f"cannot listen for REST on {host}:{rest_port}: {error}") from None
-        self.rest_port = self._http.server_address[1]
+            self._close_pools()
+            raise OSError(
+                f"cannot listen for REST on {network.host}:{network.rest_port}: {error}"
+            ) from None
+        self.rest_port = self._socket.getsockname()[1]
+        self._http = uvicorn.Server(self._uvicorn_config(network))
         self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers),
+            self._workers,
             options=[
-                ("grpc.max_receive_message_length", max_body_bytes),
+                ("grpc.max_receive_message_length", network.max_body_bytes),
                 ("grpc.so_reuseport", 0),  # a second server on the port fails, not shares it
             ],
         )
         grpc_service.add_services(self, self._grpc)
         try:
-            self.grpc_port = self._grpc.add_insecure_port(f"{host}:{grpc_port}")
+            self.grpc_port = self._grpc.add_insecure_port(f"{network.host}:{network.grpc_port}")
         except RuntimeError as error:
-            self._http.server_close()
-            self.scheduler.close()
-            raise OSError(f"cannot listen for gRPC on {host}:{grpc_port}: {error}") from None
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+            self._socket.close()
+            self._close_pools()
+            raise OSError(
+                f"cannot listen for gRPC on {network.host}:{network.grpc_port}: {error}"
+            ) from None
+        self._thread = threading.Thread(
+            target=self._http.run, kwargs={"sockets": [self._socket]}, name="http", daemon=True
+        )
+
+    def _uvicorn_config(self, network) -> uvicorn.Config:
+        return uvicorn.Config(
+            self.app,
+            http="httptools",
+            loop="uvloop",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            # uvicorn refuses a request once the connections reach its limit, its own included.
+            limit_concurrency=network.max_connections + 1,
+            timeout_keep_alive=network.socket_timeout_s,
+            timeout_graceful_shutdown=network.drain_timeout_s,
+        )
+
+    def add_routes(self, routes: list[BaseRoute]):
+        """Serves `routes` on the HTTP port too (another API, the page), before or after
+        `start()`; TF Serving's routes keep their paths."""
+        self.app.router.routes.extend(routes)
 
     def start(self):
         self._grpc.start()
         self._thread.start()
-        self.models.start_polling(self.poll_seconds)
-        host = self._http.server_address[0]
+        while not self._http.started and self._thread.is_alive():
+            time.sleep(0.01)
+        self.models.start_polling()
+        host = self.settings.network.host
         for model in self.models.all():
             logger.info(
                 "serving %s: REST http://%s:%d/v1/models/%s, gRPC %s:%d",
@@ -138,10 +153,16 @@ class ModelServer:
             )
         return self
 
+    async def call(self, function, *args):
+        """`function(*args)` in a worker thread: the event loop goes on with other requests."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._workers, partial(function, *args)
+        )
+
     # -- dispatch, shared by both APIs ---------------------------------------------------------
 
     def rest_deadline(self):
-        return time.monotonic() + self.rest_api_timeout_in_ms / 1000
+        return time.monotonic() + self.settings.network.rest_api_timeout_in_ms / 1000
 
     @contextmanager
     def _counted(self, api, name):
@@ -167,19 +188,6 @@ class ModelServer:
             self.metrics.latency.labels(api, model).observe(time.perf_counter() - start)
             with self._changed:
                 self._in_flight -= 1
-                self._changed.notify_all()
-
-    @contextmanager
-    def replying(self):
-        """A REST reply being made and written: a drain waits until its last byte is sent, so
-        the process does not end between a reply's headers and its body."""
-        with self._changed:
-            self._replies_open += 1
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._replies_open -= 1
                 self._changed.notify_all()
 
     def predict(
@@ -217,16 +225,10 @@ class ModelServer:
     def status_servables(self, name, version=None, label=None):
         return self.models.get(name).status(version, label)
 
-    def status(self, name, version=None, label=None) -> dict:
-        return rest.status_reply(self.status_servables(name, version, label))
-
     def metadata_servable(self, name, version=None, label=None):
         servable = self.models.get(name).acquire(version, label)
         servable.release()
         return servable
-
-    def metadata(self, name, version=None, label=None) -> dict:
-        return rest.metadata_reply(self.metadata_servable(name, version, label))
 
     def _weight_bytes(self):
         """(model, version, bytes of its weights) of each AVAILABLE version, for the metrics."""
@@ -239,29 +241,38 @@ class ModelServer:
 
     # -- the end -------------------------------------------------------------------------------
 
-    def drain(self, timeout=30.0):
-        """Stops taking requests, answers those in flight (up to `timeout` seconds), stops."""
+    def drain(self, timeout=None):
+        """Stops taking requests, answers those already read (up to `timeout` seconds, the
+        settings' `drain_timeout_s` by default), then stops."""
+        timeout = self.settings.network.drain_timeout_s if timeout is None else timeout
         logger.info("draining: answering %d requests in flight", self._in_flight)
         with self._changed:
             self._draining = True
         self.models.stop_polling()
-        if self._thread.is_alive():
-            self._http.shutdown()
-        self._http.server_close()  # new connections are refused, not left in the backlog
         grpc_stopped = self._grpc.stop(grace=timeout)  # no new RPCs; those running go on
+        # uvicorn closes its socket, then waits for the requests it has read to be answered.
+        self._http.config.timeout_graceful_shutdown = timeout
+        self._http.should_exit = True
         self.scheduler.close(timeout)  # the queued requests are computed at once
+        if self._thread.is_alive():
+            self._thread.join(timeout + 1)
+        else:
+            self._socket.close()  # never started: new connections are refused all the same
         with self._changed:
-            self._changed.wait_for(
-                lambda: self._in_flight == 0 and self._replies_open == 0, timeout
-            )
+            self._changed.wait_for(lambda: self._in_flight == 0, timeout)
         grpc_stopped.wait(timeout)
+        self._close_pools()
         logger.info("stopped")
+
+    def _close_pools(self):
+        self.scheduler.close(0)
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
     def stop(self):
         self.drain(timeout=1.0)
 
-    def serve_until_signal(self, drain_timeout=30.0, signals=(signal.SIGTERM, signal.SIGINT)):
-        """Blocks until one of `signals` arrives, then drains (`drain(drain_timeout)`).
+    def serve_until_signal(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        """Blocks until one of `signals` arrives, then drains (`drain()`).
 
         Python installs signal handlers only from the main thread of the main interpreter, so
         this must be called there; from another thread it raises `ServerThreadError` before
@@ -277,7 +288,7 @@ class ModelServer:
         try:
             while not stop.wait(3600):  # a timeout, so that the wait lets handlers run
                 pass
-            self.drain(drain_timeout)
+            self.drain()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
