@@ -14,7 +14,8 @@ The parts (the package's docstring lists its modules):
 - `apis`: TF Serving's REST API and LibreTranslate's as routes of one Starlette (ASGI)
   application, served by uvicorn (httptools, uvloop); TF Serving's gRPC API on grpcio, through
   the official `tensorflow-serving-api` servicers, so its client stubs work;
-- `page`: the web page;
+- `page`: the web page, and `/docs`, which browses the APIs' OpenAPI contract
+  (`/openapi.json`, `apis.openapi`);
 - `models`: the models by name, their versions, the batching queue, limits and metrics;
 - this module: the dispatch all APIs share (deadlines, in-flight requests, metrics), the worker
   threads that take model calls off the event loop, and the server's start, graceful drain (on
@@ -41,12 +42,13 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.server.apis import grpc_service, rest
+from keras_transformer.server.apis import grpc_service, openapi, rest
 from keras_transformer.server.errors import ServingError, deadline_exceeded, unavailable
 from keras_transformer.server.models.batching import BatchScheduler, Task, batch_key
 from keras_transformer.server.models.metrics import ServingMetrics
 from keras_transformer.server.models.model_manager import ModelManager
 from keras_transformer.server.models.servable import AVAILABLE
+from keras_transformer.server.page.api_docs import api_docs
 from keras_transformer.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -78,8 +80,14 @@ class ModelServer:
         self._in_flight = 0
         self._draining = False
         self._changed = threading.Condition()
+        self.openapi = openapi.OpenApi()
+        self.openapi.add(openapi.tf_serving_paths())
         self.app = Starlette(
-            routes=rest.TfServingRest(self).routes(),
+            routes=[
+                *rest.TfServingRest(self).routes(),
+                *self.openapi.routes(),
+                *api_docs().routes(),
+            ],
             exception_handlers={404: rest.malformed, 405: rest.malformed},
         )
         try:
@@ -129,10 +137,12 @@ class ModelServer:
             timeout_graceful_shutdown=network.drain_timeout_s,
         )
 
-    def add_routes(self, routes: list[BaseRoute]):
+    def add_routes(self, routes: list[BaseRoute], contract: dict | None = None):
         """Serves `routes` on the HTTP port too (another API, the page), before or after
-        `start()`; TF Serving's routes keep their paths."""
+        `start()`, described in `/openapi.json` by `contract` (OpenAPI paths); TF Serving's
+        routes keep their paths."""
         self.app.router.routes.extend(routes)
+        self.openapi.add(contract or {})
 
     def start(self):
         self._grpc.start()

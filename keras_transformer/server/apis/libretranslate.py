@@ -16,7 +16,8 @@ cross-origin request, errors included).
   multilingual model (each sentence is then led by the target's token, `>>fra<<`). It also
   takes the body that `libretranslatepy` sends with it.
 - `POST /detect`: `q` → `[{confidence, language}]`, over the languages the models translate from.
-- `OPTIONS` on each: the CORS preflight.
+- `OPTIONS` on each: the CORS preflight;
+- `GET /spec`: the API's OpenAPI contract (`openapi`), where LibreTranslate publishes its own.
 
 Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-data` parsed by
 python-multipart) with the query string's parameters, read within the server's body limits.
@@ -49,7 +50,7 @@ from starlette.responses import Response
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.server.apis import html_text, sentences
+from keras_transformer.server.apis import html_text, openapi, sentences
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
 from keras_transformer.server.apis.http import answered, json_reply, read_body
 from keras_transformer.server.apis.language_id import (
@@ -200,17 +201,18 @@ class LibreTranslate:
         if not settings.libretranslate:
             return
         try:
-            server.add_routes(cls(server, settings).routes())
+            api = cls(server, settings)
+            server.add_routes(api.routes(), openapi.libretranslate_paths())
         except ConfigError:
             server.stop()
             raise
 
     def routes(self) -> list[routing.Route]:
         """A route for each path, every method, behind LibreTranslate's CORS (its preflight
-        answered by the middleware)."""
+        answered by the middleware); and `/spec`, its OpenAPI contract."""
         endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
         app = CORSMiddleware(routing.request_response(endpoint), **CORS)
-        return [routing.Route(path, app) for path in METHODS]
+        return [*(routing.Route(path, app) for path in METHODS), openapi.spec_route()]
 
     async def _answer(self, request: Request) -> Response:
         method = METHODS[request.url.path]

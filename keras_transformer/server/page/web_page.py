@@ -19,11 +19,13 @@ from starlette.routing import Route
 
 # The page's files by URL path; nothing else under the folder is served.
 FILES = {"/": "index.html", "/static/style.css": "style.css", "/static/app.js": "app.js"}
+WEB = resources.files(__package__) / "web"
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
+    ".png": "image/png",
 }
 
 HEADERS = {
@@ -38,21 +40,23 @@ HEADERS = {
 
 class WebPage:
     """The page's files as routes of the server's application (`server.add_routes(
-    WebPage().routes())`): each answers `GET` (and `HEAD`) of its path."""
+    WebPage().routes())`): each answers `GET` (and `HEAD`) of its path. Another page gives its
+    own `files` ({URL path: file}) and `headers`."""
 
-    def __init__(self):
-        folder = resources.files(__package__) / "web"
+    def __init__(self, files=None, headers=HEADERS):
+        files = files or {path: WEB / name for path, name in FILES.items()}
+        self.headers = headers
         self.files = {
-            path: ((folder / name).read_bytes(), CONTENT_TYPES[name[name.rindex(".") :]])
-            for path, name in FILES.items()
+            path: (file.read_bytes(), CONTENT_TYPES[file.name[file.name.rindex(".") :]])
+            for path, file in files.items()
         }
 
     def reply(self, path: str) -> Response:
         content, content_type = self.files[path]
-        return Response(content, headers=HEADERS, media_type=content_type)
+        return Response(content, headers=self.headers, media_type=content_type)
 
     def routes(self) -> list[Route]:
         async def endpoint(request: Request) -> Response:
             return self.reply(request.url.path)
 
-        return [Route(path, endpoint, methods=["GET"]) for path in FILES]
+        return [Route(path, endpoint, methods=["GET"]) for path in self.files]
