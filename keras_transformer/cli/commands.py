@@ -273,11 +273,13 @@ def serve(args):
     from keras_transformer.server.apis.libretranslate import LibreTranslate
     from keras_transformer.server.models.model_config import ModelsToServe
     from keras_transformer.server.models.model_manager import ModelManager
+    from keras_transformer.server.page.api_docs import api_docs
     from keras_transformer.server.page.web_page import WebPage
-    from keras_transformer.server.server import ModelServer
+    from keras_transformer.server.server import ModelServer, raise_file_limit
     from keras_transformer.server.settings import ServerSettings
 
     settings = nested_settings(args, ServerSettings)
+    raise_file_limit(settings.network)
     to_serve = ModelsToServe(**fields_of(args, ModelsToServe))
     try:
         models = ModelManager.to_serve(to_serve)
@@ -286,7 +288,7 @@ def serve(args):
         raise CommandError("serve", error) from None
     LibreTranslate.add_to(server, settings.libretranslate)
     if settings.network.ui:
-        server.add_routes(WebPage().routes())
+        server.add_routes(WebPage().routes() + api_docs().routes())
     server.start()
     served = ", ".join(f"{model.name} v{model.version}" for model in models.available())
     host = settings.network.host

@@ -15,7 +15,7 @@ The parts (the package's docstring lists its modules):
   application, served by uvicorn (httptools, uvloop); TF Serving's gRPC API on grpcio, through
   the official `tensorflow-serving-api` servicers, so its client stubs work;
 - `page`: the web page, and `/docs`, which browses the APIs' OpenAPI contract
-  (`/openapi.json`, `apis.openapi`);
+  (`/openapi.json`, `apis.openapi`), both added by `keras-transformer serve` unless `--no-ui`;
 - `models`: the models by name, their versions, the batching queue, limits and metrics;
 - this module: the dispatch all APIs share (deadlines, in-flight requests, metrics), the worker
   threads that take model calls off the event loop, and the server's start, graceful drain (on
@@ -28,6 +28,7 @@ binds 127.0.0.1 unless told otherwise.
 
 import asyncio
 import logging
+import resource
 import signal
 import socket
 import threading
@@ -40,6 +41,7 @@ import grpc
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.server.apis import grpc_service, openapi, rest
@@ -48,10 +50,47 @@ from keras_transformer.server.models.batching import BatchScheduler, Task, batch
 from keras_transformer.server.models.metrics import ServingMetrics
 from keras_transformer.server.models.model_manager import ModelManager
 from keras_transformer.server.models.servable import AVAILABLE
-from keras_transformer.server.page.api_docs import api_docs
 from keras_transformer.server.settings import ServerSettings
 
 logger = logging.getLogger(__name__)
+
+
+class HeadersInTime(HttpToolsProtocol):
+    """uvicorn's HTTP protocol (httptools), which times out a connection only while it is idle
+    between requests, with a deadline for a request's headers too: a connection whose client
+    sends no request, or stalls in its headers, is closed after the socket timeout, as one idle
+    between requests is (a stall mid-body is answered 408 by `apis.http.read_body`)."""
+
+    _headers_due: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._expect_headers()
+
+    def on_message_begin(self):
+        super().on_message_begin()
+        self._expect_headers()
+
+    def on_headers_complete(self):
+        self._headers_in()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc):
+        self._headers_in()
+        super().connection_lost(exc)
+
+    def _expect_headers(self):
+        self._headers_in()
+        self._headers_due = self.loop.call_later(self.timeout_keep_alive, self._close)
+
+    def _headers_in(self):
+        if self._headers_due is not None:
+            self._headers_due.cancel()
+            self._headers_due = None
+
+    def _close(self):
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class ModelServer:
@@ -83,11 +122,7 @@ class ModelServer:
         self.openapi = openapi.OpenApi()
         self.openapi.add(openapi.tf_serving_paths())
         self.app = Starlette(
-            routes=[
-                *rest.TfServingRest(self).routes(),
-                *self.openapi.routes(),
-                *api_docs().routes(),
-            ],
+            routes=[*rest.TfServingRest(self).routes(), *self.openapi.routes()],
             exception_handlers={404: rest.malformed, 405: rest.malformed},
         )
         try:
@@ -126,7 +161,7 @@ class ModelServer:
     def _uvicorn_config(self, network) -> uvicorn.Config:
         return uvicorn.Config(
             self.app,
-            http="httptools",
+            http=HeadersInTime,
             loop="uvloop",
             lifespan="off",
             log_config=None,
@@ -302,6 +337,30 @@ class ModelServer:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+# File descriptors a server holds besides its HTTP connections: its model files, gRPC's
+# connections, the worker threads' files, logging.
+OTHER_FILES = 1024
+
+
+def raise_file_limit(network) -> int:
+    """Raises this process's soft limit on open files to what `network.max_connections` needs
+    (each connection is a socket), as far as the hard limit allows (a process may do so
+    itself); warns when it falls short. Returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = network.max_connections + OTHER_FILES
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        logger.warning(
+            "open files are limited to %d (the hard limit), fewer than max_connections %d "
+            "needs: connections beyond are refused by the system",
+            soft,
+            network.max_connections,
+        )
+    return soft
 
 
 class ServerThreadError(KerasTransformerError, RuntimeError):

@@ -62,7 +62,7 @@ class Network:
     )
     ui: bool = field(
         default=True,
-        metadata={"help": "the web page at /", "negatable": True},
+        metadata={"help": "the web page at / and the API's at /docs", "negatable": True},
     )
 
     def __post_init__(self):

@@ -16,8 +16,7 @@ from starlette.routing import Route
 from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.model_manager import ModelManager
-from keras_transformer.server.page.api_docs import DOCS_PATH
-from keras_transformer.server.page.api_docs import FILES as DOCS_FILES
+from keras_transformer.server.page.api_docs import DOCS_PATH, api_docs
 from keras_transformer.server.server import ModelServer
 from serving_clients import server_settings
 
@@ -47,6 +46,7 @@ def server(exported, tmp_path_factory):
     settings = server_settings(max_body_bytes=MAX_BODY, socket_timeout_s=1.0)
     server = ModelServer(models, settings)
     LibreTranslate.add_to(server, LibreTranslateSettings(api_keys=keys))
+    server.add_routes(api_docs().routes())  # as serve adds it, with the page
     server.start()
     yield server
     server.stop()
@@ -173,7 +173,7 @@ def test_the_documents_are_valid_openapi_and_spec_is_libretranslates_part(server
 
 
 def test_every_route_served_is_documented(server):
-    page = set(DOCS_FILES)
+    page = set(api_docs().files)
     served = {
         re.sub(r"{(\w+):\w+}", r"{\1}", route.path)
         for route in server.app.routes

@@ -5,8 +5,10 @@ faults and the graceful drain."""
 import asyncio
 import base64
 import json
+import resource
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +31,8 @@ from keras_transformer.server.models.batching import BatchingParameters
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.limits import Limits
 from keras_transformer.server.models.model_manager import ModelManager
-from keras_transformer.server.server import ModelServer
+from keras_transformer.server.server import OTHER_FILES, ModelServer, raise_file_limit
+from keras_transformer.server.settings import Network
 from serving_clients import http, predict_request, server_settings
 from waiting import wait_until
 
@@ -380,6 +383,31 @@ def test_a_stalled_connection_is_closed_and_the_server_keeps_serving(server):
     # Answered 408 after its socket timeout, then closed.
     assert reply.startswith(b"HTTP/1.1 408") and b"1 bytes of its body in 2 s" in reply
     assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /v1/models/m30k-ende HTTP/1.1\r\nHost: x"])
+def test_a_connection_silent_or_stalled_in_its_headers_is_closed_after_the_socket_timeout(
+    server, sent
+):
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
+        connection.sendall(sent)
+        start = time.monotonic()
+        assert connection.recv(1024) == b""  # closed, nothing answered
+        assert 1.5 < time.monotonic() - start < 30  # the server's 2 s, not the client's 60
+    assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+def test_serve_raises_its_open_files_limit_to_what_its_connections_need():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2000 + OTHER_FILES  # a socket a connection, and the server's other files
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        raised = raise_file_limit(Network(max_connections=2000))
+        expected = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        assert raised == expected == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raise_file_limit(Network(max_connections=10)) == expected  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def answers(server) -> bool:
