@@ -551,7 +551,7 @@ class Checkout:
     `keras_transformer` is imported) and the Python of its virtual environment."""
 
     def __init__(self, side, path, python):
-        self.side, self.path, self.python = side, Path(path).resolve(), Path(python)
+        self.side, self.path, self.python = side, Path(path).resolve(), Path(python).absolute()
         self.commit = subprocess.run(
             ["git", "-C", str(self.path), "rev-parse", "--short", "HEAD"],
             capture_output=True,
@@ -576,9 +576,22 @@ def idle_connections(server, count) -> list[socket.socket]:
     for _ in range(count):
         connection = socket.create_connection(("127.0.0.1", server.rest_port), timeout=60)
         connection.sendall(request)
-        connection.recv(65536)
+        read_reply(connection)
         connections.append(connection)
     return connections
+
+
+def read_reply(connection) -> bytes:
+    """A whole reply of `connection` (headers and a Content-Length body): nothing left unread
+    that `still_open` would take for more."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += connection.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"(?i)content-length:\s*(\d+)", head)[1])
+    while len(body) < length:
+        body += connection.recv(65536)
+    return head + b"\r\n\r\n" + body
 
 
 def stalled_mid_body(server, count) -> list[socket.socket]:
@@ -593,12 +606,14 @@ def stalled_mid_body(server, count) -> list[socket.socket]:
 
 
 def still_open(connection) -> bool:
-    """Whether the server has neither closed nor answered `connection` (a stalled one)."""
+    """Whether the server has kept `connection` open, silent: neither closed nor answered."""
+    connection.setblocking(False)  # a socket with a timeout would wait for data
     try:
-        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        connection.recv(1, socket.MSG_PEEK)
+        return False  # an answer, or b"": closed
     except BlockingIOError:
-        return True
-    except OSError:
+        return True  # nothing to read, and open
+    except OSError:  # reset
         return False
 
 

@@ -316,8 +316,9 @@ class ModelServer:
     def stop(self):
         self.drain(timeout=1.0)
 
-    def serve_until_signal(self, signals=(signal.SIGTERM, signal.SIGINT)):
-        """Blocks until one of `signals` arrives, then drains (`drain()`).
+    def serve_until_signal(self, drain_timeout=None, signals=(signal.SIGTERM, signal.SIGINT)):
+        """Blocks until one of `signals` arrives, then drains (`drain(drain_timeout)`: by
+        default, the settings' `drain_timeout_s`).
 
         Python installs signal handlers only from the main thread of the main interpreter, so
         this must be called there; from another thread it raises `ServerThreadError` before
@@ -333,7 +334,7 @@ class ModelServer:
         try:
             while not stop.wait(3600):  # a timeout, so that the wait lets handlers run
                 pass
-            self.drain()
+            self.drain(drain_timeout)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

@@ -75,6 +75,19 @@ CORS = {
     "max_age": 60 * 60 * 24 * 20,
 }
 
+
+class LibreTranslateCors(CORSMiddleware):
+    """Starlette's CORS with LibreTranslate's preflight reply: its headers and status, and an
+    empty body (Starlette's says "OK"), as Flask answers an OPTIONS request."""
+
+    def preflight_response(self, request_headers) -> Response:
+        reply = super().preflight_response(request_headers)
+        kept = {
+            k: v for k, v in reply.headers.items() if k not in ("content-length", "content-type")
+        }
+        return Response(b"", reply.status_code, kept, media_type="text/plain")
+
+
 SEARCH = SearchSettings()  # §6.1's beam 4, α 0.6, extra length 50
 # The beam sizes of the exported `translate_options` (saved_model.REQUEST_BEAM_SIZES) that hold
 # the alternatives: §6.1's 4, or 8 for more than 3.
@@ -211,7 +224,7 @@ class LibreTranslate:
         """A route for each path, every method, behind LibreTranslate's CORS (its preflight
         answered by the middleware); and `/spec`, its OpenAPI contract."""
         endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
-        app = CORSMiddleware(routing.request_response(endpoint), **CORS)
+        app = LibreTranslateCors(routing.request_response(endpoint), **CORS)
         return [*(routing.Route(path, app) for path in METHODS), openapi.spec_route()]
 
     async def _answer(self, request: Request) -> Response:
