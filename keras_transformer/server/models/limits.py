@@ -40,7 +40,7 @@ class Limits:
 
     max_sentences_per_request: int = field(
         default=64,
-        metadata={"help": "sentences of one request"},
+        metadata={"help": "sentences of one request", "metavar": "MAX_SENTENCES"},
     )
     max_source_length: int = field(
         default=2048, metadata={"help": "UTF-8 bytes of a sentence, or ids of a source_ids row"}
