@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.page.api_docs import api_docs
 from keras_transformer.server.page.web_page import FILES, WebPage
 from keras_transformer.server.server import ModelServer
 from serving_clients import predict_outputs, server_settings
@@ -98,7 +99,7 @@ def server(exported, multilingual):
     server = ModelServer(models, server_settings())
     server.start()
     LibreTranslate.add_to(server, LibreTranslateSettings())  # as `serve` does: /languages
-    server.add_routes(WebPage().routes())
+    server.add_routes(WebPage().routes() + api_docs().routes())  # as `serve` does
     yield server
     server.stop()
 
@@ -293,5 +294,17 @@ def test_errors_are_shown_as_text(browser, server):
     assert "Servable not found for request: gone" in element(browser, "[role=alert]").text
     assert elements(browser, "#result[hidden]")
     # No script error and nothing the Content-Security-Policy refused, in any of the tests.
+    console = [entry["message"] for entry in browser.get_log("browser")]
+    assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
+
+
+@pytest.mark.slow  # a browser process
+def test_the_api_docs_page_shows_every_route_of_the_contract(browser, server):
+    """/docs: Swagger UI from the server's own files, on its /openapi.json, refused nothing by
+    its Content-Security-Policy."""
+    browser.get(f"http://127.0.0.1:{server.rest_port}/docs")
+    wait_until(lambda: elements(browser, ".opblock-summary-path"))
+    shown = {node.get_attribute("data-path") for node in elements(browser, ".opblock-summary-path")}
+    assert {"/translate", "/v1/models/{name}:predict", "/openapi.json", "/spec"} <= shown
     console = [entry["message"] for entry in browser.get_log("browser")]
     assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
