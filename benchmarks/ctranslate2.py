@@ -124,8 +124,8 @@ def export_all(run_dir: Path, scratch: Path, engines) -> dict:
 
     runtime.configure()
     from keras_transformer.decoding.translator import load_run
-    from keras_transformer.serving.ctranslate2_export import export_ctranslate2
-    from keras_transformer.serving.saved_model import export_saved_model
+    from keras_transformer.export.ctranslate2_export import export_ctranslate2
+    from keras_transformer.export.saved_model import export_saved_model
 
     translator = load_run(run_dir)
     paths = {"keras": run_dir, "keras-xla": run_dir}

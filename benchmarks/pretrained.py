@@ -276,7 +276,7 @@ def export_saved_model(args, run: Path, saved_model: Path):
 
     runtime.configure()
     from keras_transformer.decoding.translator import load_run
-    from keras_transformer.serving.saved_model import export_saved_model
+    from keras_transformer.export.saved_model import export_saved_model
 
     export_saved_model(load_run(run), saved_model, search_settings(args))
 

@@ -18,18 +18,29 @@ The record's first line names the model (base path, version, export options). `-
 probes of a hardened server, one JSON line each: 200 stalled connections, a 100k-token
 sentence, an oversized gRPC shape, a REST version path of 5,000 digits, a new version dropped
 in mid-load, SIGTERM mid-load.
+`--part compare`: old `serve` (`--baseline-checkout`, a checkout of main, run from there with its
+own Python) and this checkout's, alternated round by round (`--rounds`, the order swapped each
+round), on the same export: for batching off, then on, REST and gRPC load as `--part load`; with
+batching off, LibreTranslate's `/translate` of a 20-sentence HTML paragraph (`--repeats` times),
+then `--idle` keep-alive connections and `--stalled` stalled mid-body held open while the load
+runs again: the server's threads and resident memory before and meanwhile, and p99 of the active
+clients quiet and meanwhile. Each round's records, then each figure's range across the rounds.
 Records go to benchmarks/results/serving-<part>-<UTC stamp>.jsonl.
 
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part load \
         --run runs/m30k-ende [--batching off on --num-batch-threads 2 --batch-timeout-micros 50000 \
         --clients 32 --requests 50]
     .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende --part faults
+    git worktree add --detach ../kt-main main && (cd ../kt-main && make install)
+    .venv/bin/python benchmarks/serving.py --model-base-path saved_models/m30k-ende \
+        --part compare --baseline-checkout ../kt-main [--rounds 3 --clients 32 --requests 50]
 """
 
 import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -46,11 +57,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import tensorflow as tf
+from records import machine
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from keras_transformer.decoding.translator import load_run
-from keras_transformer.serving.layout import WARMUP_REQUESTS
-from keras_transformer.serving.saved_model import versions
+from keras_transformer.export.layout import WARMUP_REQUESTS
+from keras_transformer.export.saved_model import versions
 from pipelines.corpus import read_lines
 
 NAME = "bench"
@@ -63,13 +75,19 @@ def percentile(values, fraction):
 
 
 class Server:
-    """`keras-transformer serve` in a subprocess; ports read from the line it prints."""
+    """`keras-transformer serve` in a subprocess; ports read from the line it prints. By
+    default this checkout's, with this Python; `checkout` (a `Checkout`) runs another's."""
 
-    def __init__(self, base_path, *flags):
-        command = [sys.executable, "-m", "keras_transformer", "serve", "--model-name", NAME]
+    def __init__(self, base_path, *flags, checkout=None):
+        python, cwd = (checkout.python, checkout.path) if checkout else (sys.executable, None)
+        command = [str(python), "-m", "keras_transformer", "serve", "--model-name", NAME]
         command += ["--model-base-path", str(base_path), "--rest-port", "0", "--grpc-port", "0"]
         self.process = subprocess.Popen(
-            [*command, *flags], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [*command, *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=cwd,
         )
         line = self.process.stdout.readline()
         match = re.search(r":(\d+)/v1/models/.* gRPC [\d.]+:(\d+)", line)
@@ -78,9 +96,17 @@ class Server:
         self.rest_port, self.grpc_port = int(match[1]), int(match[2])
         self.url = f"http://127.0.0.1:{self.rest_port}/v1/models/{NAME}"
 
-    def peak_rss_mib(self):
+    def threads(self) -> int:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return round(int(re.search(r"VmHWM:\s+(\d+)", status)[1]) / 1024)
+        return int(re.search(r"Threads:\s+(\d+)", status)[1])
+
+    def peak_rss_mib(self):
+        return round(self.status_kib("VmHWM") / 1024)
+
+    def status_kib(self, field) -> int:
+        """A memory figure of the server's /proc status (VmRSS, VmHWM), in KiB."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(rf"{field}:\s+(\d+)", status)[1])
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -109,7 +135,7 @@ def grpc_stub(server):
     return prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
 
-def load(server, api, sentences, clients, requests):
+def load(server, api, sentences, clients, requests) -> dict:
     """`clients` threads × `requests` one-sentence requests: throughput, latency, errors."""
     latencies, errors = [], []
 
@@ -311,13 +337,18 @@ def profile(args, sentences, batch_size) -> dict:
 
 
 def ending(connection) -> str:
-    """Waits for the server to end `connection`: "closed" (evicted for a new connection, or its
-    socket timeout), or "refused" (503 at once: over serve's --max-connections, all answering)."""
+    """Waits for the server to end `connection`: "closed" (its socket timeout, or no reply in
+    the probe's 60 s), "timed out" (408 after serve's --socket-timeout-s), or "refused" (503 at
+    once: over serve's --max-connections)."""
     try:
         data = connection.recv(1024)
     except OSError:  # reset: closed too
         return "closed"
-    return "refused" if data.startswith(b"HTTP/1.1 503") else "closed" if not data else "answered"
+    if data.startswith(b"HTTP/1.1 503"):
+        return "refused"
+    if data.startswith(b"HTTP/1.1 408"):
+        return "timed out"
+    return "closed" if not data else "answered"
 
 
 def stalled_connections(server, sentences, count=200):
@@ -337,7 +368,7 @@ def stalled_connections(server, sentences, count=200):
         "probe": "200 stalled connections",
         "served_meanwhile": {str(k): served.count(k) for k in set(served)},
         "stalled_ended_by_server": {k: endings.count(k) for k in set(endings)},
-        "evicted": int(metric_total(server, "keras_transformer_serving_evicted_connections_total")),
+        "server_threads": server.threads(),
         "closed_within_s": round(seconds, 1),
     }
 
@@ -512,11 +543,249 @@ def faults_part(args, sentences):
     return [{"benchmark": "serving-faults", **record} for record in records]
 
 
+# -- old and new side by side (`--part compare`) ----------------------------------------------
+
+
+class Checkout:
+    """A checkout whose `serve` is measured: its directory (run from there, so that its own
+    `keras_transformer` is imported) and the Python of its virtual environment."""
+
+    def __init__(self, side, path, python):
+        self.side, self.path, self.python = side, Path(path).resolve(), Path(python).absolute()
+        self.commit = subprocess.run(
+            ["git", "-C", str(self.path), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+
+def raise_open_files(needed):
+    """Enough file descriptors for this process's connections (each a socket); the servers,
+    its children, inherit the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        wanted = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def idle_connections(server, count) -> list[socket.socket]:
+    """`count` keep-alive connections, each answered one status request and then silent."""
+    request = f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    connections = []
+    for _ in range(count):
+        connection = socket.create_connection(("127.0.0.1", server.rest_port), timeout=60)
+        connection.sendall(request)
+        read_reply(connection)
+        connections.append(connection)
+    return connections
+
+
+def read_reply(connection) -> bytes:
+    """A whole reply of `connection` (headers and a Content-Length body): nothing left unread
+    that `still_open` would take for more."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += connection.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"(?i)content-length:\s*(\d+)", head)[1])
+    while len(body) < length:
+        body += connection.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def stalled_mid_body(server, count) -> list[socket.socket]:
+    """`count` connections whose request's headers are whole and its body 99 bytes short."""
+    head = f"POST /v1/models/{NAME}:predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n{{"
+    connections = []
+    for _ in range(count):
+        connection = socket.create_connection(("127.0.0.1", server.rest_port), timeout=60)
+        connection.sendall(head.encode())
+        connections.append(connection)
+    return connections
+
+
+def still_open(connection) -> bool:
+    """Whether the server has kept `connection` open, silent: neither closed nor answered."""
+    connection.setblocking(False)  # a socket with a timeout would wait for data
+    try:
+        connection.recv(1, socket.MSG_PEEK)
+        return False  # an answer, or b"": closed
+    except BlockingIOError:
+        return True  # nothing to read, and open
+    except OSError:  # reset
+        return False
+
+
+def connections_probe(server, sentences, args) -> dict:
+    """Threads and resident memory of `server` before and after `args.idle` idle keep-alive
+    connections and `args.stalled` stalled mid-body, and p99 of `args.clients` active clients
+    before (quiet) and meanwhile."""
+    quiet = load(server, "rest", sentences, args.clients, args.requests)
+    threads, rss_kib = server.threads(), server.status_kib("VmRSS")
+    held = idle_connections(server, args.idle) + stalled_mid_body(server, args.stalled)
+    try:
+        held_threads, held_rss_kib = server.threads(), server.status_kib("VmRSS")
+        meanwhile = load(server, "rest", sentences, args.clients, args.requests)
+        open_at_end = sum(still_open(connection) for connection in held)
+    finally:
+        for connection in held:
+            connection.close()
+    return {
+        "idle": args.idle,
+        "stalled": args.stalled,
+        "threads_quiet": threads,
+        "threads_held": held_threads,
+        "rss_quiet_mib": round(rss_kib / 1024, 1),
+        "rss_held_mib": round(held_rss_kib / 1024, 1),
+        "rss_per_connection_kib": round((held_rss_kib - rss_kib) / len(held), 1),
+        "connections_open_at_end": open_at_end,
+        "p99_quiet_s": quiet["latency_p99_s"],
+        "p99_held_s": meanwhile["latency_p99_s"],
+        "p99_held_over_quiet": round(meanwhile["latency_p99_s"] / quiet["latency_p99_s"], 2),
+        "errors_held": meanwhile["errors"],
+        "first_errors_held": meanwhile["first_errors"],
+    }
+
+
+def html_paragraph(sentences, count=20) -> str:
+    return "<p>" + " ".join(sentences[:count]) + "</p>"
+
+
+def paragraph_latency(server, sentences, repeats) -> dict:
+    """LibreTranslate's `/translate` of a 20-sentence HTML paragraph, `repeats` times one
+    after another, into the first target of the first language that has one."""
+    base = f"http://127.0.0.1:{server.rest_port}"
+    with urllib.request.urlopen(f"{base}/languages", timeout=60) as reply:
+        source = next(language for language in json.loads(reply.read()) if language["targets"])
+    body = {
+        "q": html_paragraph(sentences),
+        "source": source["code"],
+        "target": source["targets"][0],
+        "format": "html",
+    }
+    request = urllib.request.Request(
+        f"{base}/translate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=300) as reply:
+            reply.read()
+        seconds.append(time.perf_counter() - start)
+    return {
+        "sentences": 20,
+        "repeats": repeats,
+        "latency_p50_s": round(percentile(seconds, 0.5), 3),
+        "latency_min_s": round(min(seconds), 3),
+    }
+
+
+def side_round(checkout, args, sentences) -> list[dict]:
+    """One round of one side: for batching off, then on, a server from `checkout` under REST
+    and gRPC load; with batching off, the HTML paragraph and the connections probe too."""
+    records = []
+    for mode in args.batching:
+        flags = [*batching_flags(mode, args), "--socket-timeout-s", str(args.socket_timeout_s)]
+        server = Server(args.model_base_path, *flags, checkout=checkout)
+        try:
+            for sentence in sentences:  # the first calls of a loaded SavedModel are the slowest
+                rest_predict(server, [sentence])
+            found = [
+                {"measure": "load", **load(server, api, sentences, args.clients, args.requests)}
+                for api in ("rest", "grpc")
+            ]
+            if mode == "off":
+                found.append(
+                    {"measure": "paragraph", **paragraph_latency(server, sentences, args.repeats)}
+                )
+                found.append(
+                    {"measure": "connections", **connections_probe(server, sentences, args)}
+                )
+        finally:
+            server.stop()
+        records += [{"side": checkout.side, "batching": mode, **record} for record in found]
+    return records
+
+
+# The figures whose range across rounds the summary gives, by measure.
+SUMMARIZED = {
+    "load": ("requests_per_s", "latency_p50_s", "latency_p99_s", "errors"),
+    "paragraph": ("latency_p50_s", "latency_min_s"),
+    "connections": (
+        "threads_quiet",
+        "threads_held",
+        "rss_per_connection_kib",
+        "p99_quiet_s",
+        "p99_held_s",
+        "p99_held_over_quiet",
+        "connections_open_at_end",
+        "errors_held",
+    ),
+}
+
+
+def summary(records) -> list[dict]:
+    """Each side's range (min, max) across the rounds of each figure, by cell."""
+    cells = {}
+    for record in records:
+        key = (record["measure"], record["batching"], record.get("api"), record["side"])
+        cells.setdefault(key, []).append(record)
+    return [
+        {
+            "measure": measure,
+            "batching": batching,
+            "api": api,
+            "side": side,
+            "rounds": len(found),
+            **{
+                name: [min(r[name] for r in found), max(r[name] for r in found)]
+                for name in SUMMARIZED[measure]
+            },
+        }
+        for (measure, batching, api, side), found in sorted(cells.items(), key=str)
+    ]
+
+
+def compare_part(args, sentences):
+    """Old and new `serve` alternated round by round (the order swapped each round), so that
+    the shared machine's drift weighs on both alike; every round's records, then the range of
+    each figure across the rounds."""
+    if args.baseline_checkout is None:
+        raise SystemExit("--part compare needs --baseline-checkout (a checkout of main)")
+    raise_open_files(2 * (args.idle + args.stalled + args.clients) + 1024)
+    baseline_python = args.baseline_python or args.baseline_checkout / ".venv" / "bin" / "python"
+    sides = [
+        Checkout("old", args.baseline_checkout, baseline_python),
+        Checkout("new", Path(__file__).resolve().parents[1], sys.executable),
+    ]
+    records = [
+        {
+            "benchmark": "serving-compare",
+            "machine": machine(),
+            "model": served_model(args.model_base_path),
+            "commits": {side.side: side.commit for side in sides},
+            "clients": args.clients,
+            "requests": args.requests,
+        }
+    ]
+    print(json.dumps(records[-1]), flush=True)
+    for round_index in range(args.rounds):
+        for checkout in sides if round_index % 2 == 0 else sides[::-1]:
+            for record in side_round(checkout, args, sentences):
+                records.append({"benchmark": "serving-compare", "round": round_index, **record})
+                print(json.dumps(records[-1]), flush=True)
+    for record in summary(records[1:]):
+        records.append({"benchmark": "serving-compare-summary", **record})
+        print(json.dumps(records[-1]), flush=True)
+    return records
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-base-path", type=Path, required=True)
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/multi30k"))
-    parser.add_argument("--part", choices=["load", "faults"], required=True)
+    parser.add_argument("--part", choices=["load", "faults", "compare"], required=True)
     parser.add_argument(
         "--run", type=Path, help="load: the training run the export came from, to profile batches"
     )
@@ -533,10 +802,27 @@ def main():
         help="with batching on: long enough for every client's next request to join the batch "
         "(serve's default, 5000, splits the clients into smaller batches)",
     )
+    compare = parser.add_argument_group("--part compare: old and new serve, alternated")
+    compare.add_argument("--baseline-checkout", type=Path, help="a checkout of main")
+    compare.add_argument(
+        "--baseline-python",
+        type=Path,
+        help="the baseline's Python (default: its .venv/bin/python)",
+    )
+    compare.add_argument("--rounds", type=int, default=3)
+    compare.add_argument("--idle", type=int, default=1000, help="idle keep-alive connections")
+    compare.add_argument("--stalled", type=int, default=200, help="connections stalled mid-body")
+    compare.add_argument("--repeats", type=int, default=5, help="HTML paragraph translations")
+    compare.add_argument(
+        "--socket-timeout-s",
+        type=float,
+        default=600.0,
+        help="serve's, long enough that no held connection times out while measured",
+    )
     args = parser.parse_args()
 
     sentences = read_lines(args.data_dir / "test_2016_flickr.en.gz")[:64]
-    part = load_part if args.part == "load" else faults_part
+    part = {"load": load_part, "faults": faults_part, "compare": compare_part}[args.part]
     records = part(args, sentences)
     stamp = time.strftime("%Y-%m-%dT%H%MZ", time.gmtime())
     path = RESULTS / f"serving-{args.part}-{stamp}.jsonl"

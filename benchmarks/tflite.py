@@ -36,9 +36,9 @@ from ai_edge_litert.interpreter import Interpreter
 from keras_transformer import runtime
 from keras_transformer.analysis.evaluation import corpus_scores
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.export.layout import TFLITE_QUANTIZATIONS
+from keras_transformer.export.tflite import TFLITE_SOURCE_LENGTH, export_tflite
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
-from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH, export_tflite
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID, PAD_ID
 

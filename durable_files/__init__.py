@@ -5,8 +5,9 @@ weights, run records, exports) goes through `write_atomically`: a run killed mid
 machine that loses power, leaves the old file or none, never a truncated one. A write that fails
 (a full disk, a file-size limit, an I/O error) is one `WriteError` naming the file.
 
-The bottom of the house: the standard library only, so that both `pipelines` (which must not
-import `keras_transformer`) and `keras_transformer` use it, and importing it loads no framework.
+The bottom of the house: the standard library (and `base_errors`) only, so that both
+`pipelines` (which must not import `keras_transformer`) and `keras_transformer` use it, and
+importing it loads no framework.
 """
 
 import contextlib
@@ -14,6 +15,8 @@ import errno
 import os
 import shutil
 from pathlib import Path
+
+from base_errors import KerasTransformerError
 
 
 def write_atomically(path, write) -> None:
@@ -43,7 +46,7 @@ def copy_atomically(source, target) -> None:
     write_atomically(target, lambda partial: shutil.copyfile(source, partial))
 
 
-class WriteError(RuntimeError):
+class WriteError(KerasTransformerError, RuntimeError):
     """A file could not be written (disk full, file too large, I/O error); the message names it
     and says that nothing older was replaced."""
 

@@ -11,7 +11,8 @@ Packages by role, each importing only those below it (docs/DESIGN.md; tests/test
 holds the contract):
 
     cli             the `keras-transformer` command: parses and calls
-    serving         SavedModel and TFLite export, the TF-Serving-compatible server
+    server          the TF-Serving-compatible server, LibreTranslate's API and the web page
+    export          SavedModel, TFLite and CTranslate2 exports, the version layout, model info
     training        `model.fit` under a tf.distribute strategy or on JAX (§5), callbacks, averaging
     analysis        BLEU / F1 scoring, learning curves, attention plots, Table 3, parameters
     decoding        greedy and beam search on the cache (§6.1), ensembles, `Translator`
@@ -45,8 +46,8 @@ _PUBLIC = {
     "Perplexity": "keras_transformer.objectives.metrics",
     "Translator": "keras_transformer.decoding.translator",
     "load_run": "keras_transformer.decoding.translator",
-    "export_saved_model": "keras_transformer.serving.saved_model",
-    "export_tflite": "keras_transformer.serving.tflite",
+    "export_saved_model": "keras_transformer.export.saved_model",
+    "export_tflite": "keras_transformer.export.tflite",
 }
 
 __all__ = sorted(_PUBLIC)

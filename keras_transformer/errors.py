@@ -1,13 +1,15 @@
-"""The one base class of every error this package raises about what a user gave it.
+"""The one base class of every error this package raises about what a user gave it
+(`base_errors.KerasTransformerError`, shared with `pipelines` and `durable_files`), and
+`ConfigError`, a setting that cannot be used.
 
 A command-line run maps each of them to one line and exit code 2; a Python caller catches
 `KerasTransformerError`. Messages speak of parameters (the settings' field names), never of
 command-line flags, since the Python API raises them too.
 """
 
+from base_errors import KerasTransformerError
 
-class KerasTransformerError(Exception):
-    """A setting, file or request this package cannot use; the message names it and why."""
+__all__ = ["ConfigError", "KerasTransformerError"]
 
 
 class ConfigError(KerasTransformerError, ValueError):

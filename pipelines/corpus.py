@@ -11,10 +11,12 @@ import logging
 import zlib
 from pathlib import Path
 
+from base_errors import KerasTransformerError
+
 logger = logging.getLogger(__name__)
 
 
-class CorpusError(ValueError):
+class CorpusError(KerasTransformerError, ValueError):
     """A corpus file is missing, misaligned or undecodable; the message says where."""
 
 

@@ -1,10 +1,22 @@
-"""Clients of a test's `ModelServer`: plain HTTP on its REST port, and gRPC `PredictRequest`s."""
+"""Clients of a test's `ModelServer`: plain HTTP on its REST port, and gRPC `PredictRequest`s;
+and the settings of a test's server."""
 
 import json
 import urllib.error
 import urllib.request
 
 from tensorflow_serving.apis import predict_pb2
+
+from keras_transformer.server.models.batching import BatchingParameters
+from keras_transformer.server.models.limits import Limits
+from keras_transformer.server.settings import Network, ServerSettings
+
+
+def server_settings(limits=Limits(), batching=BatchingParameters(), **network) -> ServerSettings:
+    """A test server's settings: any free ports, and the limits, batching and `network` fields
+    given."""
+    network = {"rest_port": 0, "grpc_port": 0} | network
+    return ServerSettings(network=Network(**network), limits=limits, batching=batching)
 
 
 def http(server, path, body=None, raw=None):

@@ -20,7 +20,7 @@ from without_tensorflow import run_script
 
 @pytest.fixture(scope="module")
 def graph():
-    return grimp.build_graph("keras_transformer", "pipelines", "durable_files")
+    return grimp.build_graph("keras_transformer", "pipelines", "durable_files", "base_errors")
 
 
 def test_the_import_contracts_hold():

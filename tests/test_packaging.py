@@ -61,7 +61,7 @@ def test_every_declared_package_is_pinned():
 def test_the_wheel_ships_the_web_page(tmp_path):
     """`keras-transformer serve` answers / from files beside its code: they are package data."""
     source = tmp_path / "source"  # a clean copy: an in-tree build would leave build/ behind
-    for package in ("keras_transformer", "pipelines", "durable_files"):
+    for package in ("keras_transformer", "pipelines", "durable_files", "base_errors"):
         ignore = shutil.ignore_patterns("__pycache__")
         shutil.copytree(REPO_ROOT / package, source / package, ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
@@ -70,6 +70,6 @@ def test_the_wheel_ships_the_web_page(tmp_path):
     built = subprocess.run([*pip, str(source), "-w", str(tmp_path)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("*.whl")
-    web = REPO_ROOT / "keras_transformer" / "serving" / "web"
-    page = {f"keras_transformer/serving/web/{path.name}" for path in web.iterdir()}
+    web = REPO_ROOT / "keras_transformer" / "server" / "page" / "web"
+    page = {f"keras_transformer/server/page/web/{path.name}" for path in web.iterdir()}
     assert page <= set(zipfile.ZipFile(wheel).namelist())

@@ -2,11 +2,12 @@
 
 Each setting's flag is generated from its field in a settings dataclass (`cli.arguments`):
 `TrainingRun`, `SearchSettings`, `CorpusOptions` and `PrepareOptions`, `ExportOptions`,
-`ImportOptions`, and the server's `ModelsToServe`, `BatchingParameters` and `Limits`. Flags
+`ImportOptions`, and the server's `ModelsToServe` and `ServerSettings` (a group of flags for
+each of its parts). Flags
 several commands share are declared once, on parent parsers. What each command does is in
 `cli.commands`. Every error in what the user gave (a `KerasTransformerError`, the data
-pipelines' `CorpusError`, `durable_files.WriteError`) ends the command with one line and exit
-code 2.
+pipelines' `CorpusError` and `durable_files.WriteError` included) ends the command with one line
+and exit code 2.
 
 Its `--help` is kept in tests/cli/help/; after a change to a flag, regenerate it with
 `.venv/bin/python tests/cli/test_help.py`.
@@ -22,7 +23,12 @@ from pathlib import Path
 
 from keras_transformer import __version__, runtime
 from keras_transformer.cli import commands
-from keras_transformer.cli.arguments import DeferredParser, add_arguments, at_least
+from keras_transformer.cli.arguments import (
+    DeferredParser,
+    add_arguments,
+    add_nested_arguments,
+    at_least,
+)
 from keras_transformer.config import PRESETS, TABLE3_CHANGES
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.search_settings import SearchSettings
@@ -278,7 +284,7 @@ def _distill(parser):
 
 
 def _export(parser):
-    from keras_transformer.serving.export import ExportOptions
+    from keras_transformer.export.exporter import ExportOptions
 
     _output_flag(
         parser, "SavedModel base path, the .tflite file, or the new CTranslate2 directory", True
@@ -288,47 +294,15 @@ def _export(parser):
 
 def _serve(parser):
     try:
-        from keras_transformer.serving.batching import BatchingParameters
-        from keras_transformer.serving.libretranslate import LibreTranslateSettings
-        from keras_transformer.serving.limits import Limits
-        from keras_transformer.serving.model_config import ModelsToServe
+        from keras_transformer.server.models.model_config import ModelsToServe
+        from keras_transformer.server.settings import ServerSettings
     except ModuleNotFoundError as error:  # grpc, tensorflow_serving: the [serving] extra
         raise SystemExit(
             f"keras-transformer serve needs the serving extra ({error}): "
             "pip install 'keras-transformer[serving]'"
         ) from None
     add_arguments(parser, ModelsToServe, "models: one by name and base path, or a config file")
-    parser.add_argument("--rest-port", type=int, default=8501)
-    parser.add_argument("--grpc-port", type=int, default=8500)
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    parser.add_argument(
-        "--no-ui", dest="ui", action="store_false", help="no web page at / on the REST port"
-    )
-    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
-    parser.add_argument(
-        "--file-system-poll-wait-seconds",
-        type=at_least(0),
-        default=1,
-        help="how often the base path is looked at for a new version; 0: never",
-    )
-    add_arguments(parser, BatchingParameters, "batching (TF Serving's batching parameters)")
-    add_arguments(parser, LibreTranslateSettings, "LibreTranslate API (docs/SERVING.md)")
-    limits = add_arguments(parser, Limits, "limits and deadlines")
-    limits.add_argument(
-        "--rest-api-timeout-in-ms",
-        type=at_least(1),
-        default=30_000,
-        help="a REST request's deadline (gRPC requests take their RPC's)",
-    )
-    limits.add_argument(
-        "--socket-timeout-s", type=float, default=30.0, help="a stalled REST connection's life"
-    )
-    limits.add_argument(
-        "--drain-timeout-s",
-        type=float,
-        default=30.0,
-        help="on SIGTERM or Ctrl-C, how long requests in flight may take to be answered",
-    )
+    add_nested_arguments(parser, ServerSettings)
 
 
 def _attention(parser):
@@ -343,15 +317,6 @@ def _curve(parser):
 
 
 # -- running -------------------------------------------------------------------------------
-
-
-def _one_line_errors():
-    """Errors in what the user gave (options, data, checkpoints), whose message says it all:
-    this package's, and the data pipelines' (which cannot import it)."""
-    from durable_files import WriteError
-    from pipelines.corpus import CorpusError
-
-    return (KerasTransformerError, CorpusError, WriteError)
 
 
 def _quiet_tensorflow_info():
@@ -382,10 +347,8 @@ def main(argv=None) -> int:
     args.command_line = shlex.join(["keras-transformer", *(sys.argv[1:] if argv is None else argv)])
     try:
         args.handler(args)
-    except Exception as error:
-        if isinstance(error, _one_line_errors()):  # imported only once something is raised
-            raise commands.CommandError(args.command, error) from None
-        raise
+    except KerasTransformerError as error:  # the data pipelines' and file writes' too
+        raise commands.CommandError(args.command, error) from None
     return 0
 
 

@@ -59,6 +59,25 @@ def add_arguments(parser, settings_class, title=None, defaults=None, skip=()):
     return group
 
 
+def add_nested_arguments(parser, settings_class):
+    """Adds the flags of each part of `settings_class` (a field whose type is a settings
+    dataclass), in an argument group titled by the part's `help`."""
+    hints = typing.get_type_hints(settings_class)
+    for field in dataclasses.fields(settings_class):
+        add_arguments(parser, hints[field.name], field.metadata["help"])
+
+
+def nested_settings(args: argparse.Namespace, settings_class):
+    """`settings_class` built from `args`: each part from its own flags."""
+    hints = typing.get_type_hints(settings_class)
+    return settings_class(
+        **{
+            field.name: hints[field.name](**fields_of(args, hints[field.name]))
+            for field in dataclasses.fields(settings_class)
+        }
+    )
+
+
 def flag_fields(settings_class):
     """The fields of `settings_class` that are flags."""
     return [

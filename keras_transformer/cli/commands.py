@@ -270,8 +270,8 @@ def distill(args):
 
 def export(args):
     """SavedModel for TF Serving (<output>/<next version>/), TFLite, or CTranslate2"""
-    from keras_transformer.serving.export import ExportOptions, export_size
-    from keras_transformer.serving.export import export as export_translator
+    from keras_transformer.export.exporter import ExportOptions, export_size
+    from keras_transformer.export.exporter import export as export_translator
 
     options = ExportOptions(jit_compile=args.jit_compile, **fields_of(args, ExportOptions))
     _, search = task_and_search(args)
@@ -282,44 +282,35 @@ def export(args):
 def serve(args):
     """TF-Serving-compatible REST and gRPC endpoint over export base paths: one model, or a model
     config file's"""
-    from keras_transformer.serving.batching import BatchingParameters
-    from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
-    from keras_transformer.serving.limits import Limits
-    from keras_transformer.serving.model_config import ModelsToServe
-    from keras_transformer.serving.model_manager import ModelManager
-    from keras_transformer.serving.server import ModelServer
-    from keras_transformer.serving.web_page import WebPage
+    from keras_transformer.cli.arguments import nested_settings
+    from keras_transformer.server.apis.libretranslate import LibreTranslate
+    from keras_transformer.server.models.model_config import ModelsToServe
+    from keras_transformer.server.models.model_manager import ModelManager
+    from keras_transformer.server.page.api_docs import api_docs
+    from keras_transformer.server.page.web_page import WebPage
+    from keras_transformer.server.server import ModelServer, raise_file_limit
+    from keras_transformer.server.settings import ServerSettings
 
-    limits = Limits(**fields_of(args, Limits))
-    batching = BatchingParameters(**fields_of(args, BatchingParameters))
+    settings = nested_settings(args, ServerSettings)
+    raise_file_limit(settings.network)
     to_serve = ModelsToServe(**fields_of(args, ModelsToServe))
     try:
         models = ModelManager.to_serve(to_serve)
-        server = ModelServer(
-            models,
-            args.host,
-            args.rest_port,
-            args.grpc_port,
-            args.max_body_bytes,
-            limits=limits,
-            batching=batching,
-            rest_api_timeout_in_ms=args.rest_api_timeout_in_ms,
-            socket_timeout_s=args.socket_timeout_s,
-            poll_seconds=args.file_system_poll_wait_seconds or None,
-        ).start()
+        server = ModelServer(models, settings)
     except (OSError, ValueError) as error:  # no version, none loads, a port taken
         raise CommandError("serve", error) from None
-    LibreTranslate.add_to(server, LibreTranslateSettings(**fields_of(args, LibreTranslateSettings)))
-    if args.ui:
-        server.apps.append(WebPage())
+    LibreTranslate.add_to(server, settings.libretranslate)
+    if settings.network.ui:
+        server.add_routes(WebPage().routes() + api_docs().routes())
+    server.start()
     served = ", ".join(f"{model.name} v{model.version}" for model in models.available())
-    one_name = to_serve.model_name or ""
+    host = settings.network.host
     print(
-        f"serving {served}: http://{args.host}:{server.rest_port}/v1/models/{one_name} "
-        f"and gRPC {args.host}:{server.grpc_port}; Ctrl-C or SIGTERM drains and stops",
+        f"serving {served}: http://{host}:{server.rest_port}/v1/models/{to_serve.model_name or ''} "
+        f"and gRPC {host}:{server.grpc_port}; Ctrl-C or SIGTERM drains and stops",
         flush=True,
     )
-    server.serve_until_signal(args.drain_timeout_s)
+    server.serve_until_signal()
 
 
 def attention(args):

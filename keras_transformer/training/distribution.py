@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import ConfigError
+from keras_transformer.errors import KerasTransformerError
 from pipelines.tokenizer import PAD_ID
 
 # XLA's count of host (CPU) devices, which JAX reads when it starts.
@@ -62,7 +63,7 @@ def worker_name() -> str | None:
     return f"{kind}-{index}"
 
 
-class WorkerLostError(RuntimeError):
+class WorkerLostError(KerasTransformerError, RuntimeError):
     """Another worker of the cluster stopped, or cannot be reached, while this one trained."""
 
 

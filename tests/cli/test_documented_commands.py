@@ -24,7 +24,7 @@ RENAMED = {
     "*": {"beam": "beam_size"},
     "train": {"src": "source_language", "tgt": "target_language", "data": "data_dir"},
     "prepare": {"src_lang": "source_language", "tgt_lang": "target_language", "tfds": "tfds_name"},
-    "serve": {"max_sentences_per_request": "max_sentences"},
+    "serve": {"max_sentences_per_request": "max_sentences_per_request"},
 }
 
 

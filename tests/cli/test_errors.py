@@ -6,7 +6,7 @@ import pytest
 
 from keras_transformer.cli import main
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.export import ExportOptions
+from keras_transformer.export.exporter import ExportOptions
 from keras_transformer.training.training_run import TrainingRun
 
 

@@ -15,9 +15,9 @@ from keras_transformer import cli
 from keras_transformer.analysis.evaluation import task
 from keras_transformer.cli import commands
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.export.tflite import TFLITE_SOURCE_LENGTH
 from keras_transformer.parsing.constituency import parse_scores, present
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.tflite import TFLITE_SOURCE_LENGTH
 from pipelines.tokenizer import PAD_ID
 
 pytestmark = pytest.mark.slow  # trains a parser through the CLI

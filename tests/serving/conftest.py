@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from keras_transformer.serving.layout import MODEL_INFO
+from keras_transformer.export.layout import MODEL_INFO
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,8 @@ from keras_transformer import Transformer, TransformerConfig, cli
 from keras_transformer.decoding.ensemble import Ensemble
 from keras_transformer.decoding.search import NEVER_GENERATED
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
+from keras_transformer.export.ctranslate2_export import CTranslate2ExportError, export_ctranslate2
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.ctranslate2_export import CTranslate2ExportError, export_ctranslate2
 from keras_transformer.training.trainer import compile_model
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 

@@ -18,15 +18,15 @@ from tensorflow_serving.apis import prediction_log_pb2
 from keras_transformer import cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run
-from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.saved_model import (
+from keras_transformer.export.saved_model import (
     WARMUP_REQUESTS,
     TranslationModule,
     versions,
     warmup_requests,
 )
-from keras_transformer.serving.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
+from keras_transformer.export.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.server.models.lifecycle import ServedModel
 from pipelines.corpus import read_lines
 from pipelines.tokenizer import EOS_ID
 
@@ -81,7 +81,7 @@ def test_a_new_export_takes_the_next_version_and_logs_no_tensorflow_info(
     assert versions(base) == [1, 2]
     chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
     assert not chatter, [r.getMessage()[:200] for r in chatter]
-    assert any(r.name == "keras_transformer.serving.saved_model" for r in caplog.records)
+    assert any(r.name == "keras_transformer.export.saved_model" for r in caplog.records)
 
 
 def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
@@ -385,7 +385,7 @@ def test_tflite_float16_translates_as_float32(tflite_float, run_dir, translator,
 def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from keras_transformer.serving.saved_model import export_saved_model
+    from keras_transformer.export.saved_model import export_saved_model
 
     base = tmp_path / "m30k-ende"
     with ThreadPoolExecutor(2) as pool:

@@ -26,10 +26,10 @@ from imported_runs import CHECKPOINTS, FIXTURES, reference, to_our_ids
 from keras_transformer import cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
+from keras_transformer.export.ctranslate2_export import export_ctranslate2
+from keras_transformer.export.layout import MODEL_INFO
+from keras_transformer.export.tflite import TOKENIZER_NOTE, tokenizer_directory
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.ctranslate2_export import export_ctranslate2
-from keras_transformer.serving.layout import MODEL_INFO
-from keras_transformer.serving.tflite import TOKENIZER_NOTE, tokenizer_directory
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 pytestmark = pytest.mark.slow  # exports a SavedModel, two TFLite models and CTranslate2 models

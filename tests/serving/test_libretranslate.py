@@ -12,18 +12,18 @@ import urllib.request
 import pytest
 from libretranslatepy import LibreTranslateAPI
 
-from keras_transformer.serving.layout import MODEL_INFO
-from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.server import ModelServer
-from serving_clients import predict_outputs
+from keras_transformer.export.layout import MODEL_INFO
+from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.limits import Limits
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.server import ModelServer
+from serving_clients import predict_outputs, server_settings
 
 pytestmark = pytest.mark.slow  # exports and serves two models
 
 GERMAN, MULTILINGUAL = "m30k-ende", "m30k-en-multi"
-LIMITS = Limits(max_sentences=8, max_source_length=400)
+LIMITS = Limits(max_sentences_per_request=8, max_source_length=400)
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def keys(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(exported, multilingual, keys):
     models = ModelManager([ServedModel(GERMAN, exported), ServedModel(MULTILINGUAL, multilingual)])
-    server = ModelServer(models, rest_port=0, grpc_port=0, max_body_bytes=64 * 1024, limits=LIMITS)
+    server = ModelServer(models, server_settings(LIMITS, max_body_bytes=64 * 1024))
     LibreTranslate.add_to(server, LibreTranslateSettings(api_keys=keys, batch_limit=6))
     server.start()
     yield server
@@ -223,7 +223,8 @@ def test_cors_on_preflight_replies_and_errors(server):
         status, headers, _ = call(server, path, method="OPTIONS", headers=preflight)
         assert status == 200 and headers["Access-Control-Allow-Origin"] == "*"
         assert "Content-Type" in headers["Access-Control-Allow-Headers"]
-    status, headers, _ = call(server, "/translate", {"q": "Hi", "source": "en", "target": "zz"})
+    body, origin = {"q": "Hi", "source": "en", "target": "zz"}, {"Origin": preflight["Origin"]}
+    status, headers, _ = call(server, "/translate", body, headers=origin)
     assert status == 400 and headers["Access-Control-Allow-Origin"] == "*"
 
 

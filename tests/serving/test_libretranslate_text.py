@@ -1,25 +1,31 @@
 """The LibreTranslate API's text handling, without a model: sentences and HTML text nodes split
 and joined back, API key files, rate limits, language codes and names, request bodies."""
 
-import json
 import sys
-from email.message import Message
+import types
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving import html_text, sentences
-from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
-from keras_transformer.serving.language_id import DetectorMissing, LanguageIdentifier, public_code
-from keras_transformer.serving.libretranslate import (
+from keras_transformer.server.apis import html_text, sentences
+from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
+from keras_transformer.server.apis.http import answered, json_reply
+from keras_transformer.server.apis.language_id import (
+    DetectorMissing,
+    LanguageIdentifier,
+    public_code,
+)
+from keras_transformer.server.apis.libretranslate import (
     LibreTranslate,
-    LibreTranslateError,
     LibreTranslateSettings,
     filter_unique,
     parameters,
     requested_code,
 )
-from keras_transformer.serving.rest import Request
+from keras_transformer.server.settings import Network, ServerSettings
 
 
 def sentences_of(pieces):
@@ -126,9 +132,10 @@ def test_api_keys_file(tmp_path):
         read_api_keys(tmp_path / "missing")
 
 
-def test_rate_limits_count_a_minute_per_key():
+def test_rate_limits_count_a_minute_per_key(monkeypatch):
     now = [0.0]
-    limiter = RateLimiter(clock=lambda: now[0])
+    monkeypatch.setattr("limits.storage.memory.time", types.SimpleNamespace(time=lambda: now[0]))
+    limiter = RateLimits("memory://")
     assert [limiter.allow("a", 2) for _ in range(3)] == [True, True, False]
     assert limiter.allow("b", 2)  # another key has its own count
     assert all(limiter.allow("c", -1) for _ in range(100))  # -1: no limit
@@ -173,30 +180,32 @@ def test_alternatives_are_unique_and_leave_out_the_translation():
     assert filter_unique(["b", "a", "", "b", "c"], "a") == ["b", "c"]
 
 
-def request(body: bytes, content_type=None, query=None, path="/translate") -> Request:
-    headers = Message()
-    if content_type:
-        headers["Content-Type"] = content_type
-    return Request("POST", path, query or {}, headers, "127.0.0.1", lambda: body)
+def parsed(body: bytes, content_type=None, query="") -> tuple[int, object]:
+    """(status, JSON reply) of an application answering a POST with `parameters(request)`."""
+
+    async def endpoint(request):
+        return json_reply(list(await parameters(request, Network())))
+
+    app = Starlette(routes=[Route("/translate", answered(endpoint), methods=["POST"])])
+    headers = {"Content-Type": content_type} if content_type else {}
+    reply = TestClient(app).post(f"/translate{query}", content=body, headers=headers)
+    return reply.status_code, reply.json()
 
 
 def test_parameters_of_json_form_and_multipart_bodies():
-    assert parameters(request(b'{"q": ["a", "b"]}', "application/json")) == (
-        {"q": ["a", "b"]},
-        True,
-    )
-    form = request(b"q=Hello+w%C3%B6rld&source=en&q=second", "application/x-www-form-urlencoded")
-    assert parameters(form) == ({"q": "Hello wörld", "source": "en"}, False)
+    assert parsed(b'{"q": ["a", "b"]}', "application/json") == (200, [{"q": ["a", "b"]}, True])
+    form = parsed(b"q=Hello+w%C3%B6rld&source=en&q=second", "application/x-www-form-urlencoded")
+    assert form == (200, [{"q": "Hello wörld", "source": "en"}, False])
     multipart = (
         b'--XyZ\r\nContent-Disposition: form-data; name="q"\r\n\r\nA dog runs.\r\n'
         b'--XyZ\r\nContent-Disposition: form-data; name="target"\r\n\r\nde\r\n--XyZ--\r\n'
     )
-    assert parameters(request(multipart, "multipart/form-data; boundary=XyZ")) == (
-        {"q": "A dog runs.", "target": "de"},
-        False,
+    assert parsed(multipart, "multipart/form-data; boundary=XyZ") == (
+        200,
+        [{"q": "A dog runs.", "target": "de"}, False],
     )
-    query = request(b"", None, {"q": ["from the query"]})
-    assert parameters(query) == ({"q": "from the query"}, False)
+    query = parsed(b"", None, "?q=from+the+query")
+    assert query == (200, [{"q": "from the query"}, False])
 
 
 @pytest.mark.parametrize(
@@ -210,24 +219,32 @@ def test_parameters_of_json_form_and_multipart_bodies():
     ],
 )
 def test_malformed_bodies_are_refused_in_words(body, content_type, message):
-    with pytest.raises(LibreTranslateError, match=message) as refused:
-        parameters(request(body, content_type))
-    assert refused.value.status == 400
+    status, reply = parsed(body, content_type)
+    assert status == 400 and message in reply["error"]
 
 
-def refusal(app, body) -> tuple:
-    """(status, error) of `app`'s answer to a JSON POST /detect of `body`."""
-    reply = app(request(json.dumps(body).encode(), "application/json", path="/detect"))
-    return reply.status, json.loads(reply.body)["error"]
+class NoModels:
+    """A server with no model, enough for refusals: its settings, and calls run in place."""
+
+    settings = ServerSettings()
+
+    async def call(self, function, *args):
+        return function(*args)
+
+
+def refusal(api, body) -> tuple:
+    """(status, error) of `api`'s answer to a JSON POST /detect of `body`."""
+    reply = TestClient(Starlette(routes=api.routes())).post("/detect", json=body)
+    return reply.status_code, reply.json()["error"]
 
 
 def test_api_keys_and_rate_limits_are_checked_before_anything_else(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("# no key yet\n")
-    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys))  # refusals need no server
+    app = LibreTranslate(NoModels(), LibreTranslateSettings(api_keys=keys))
     assert refusal(app, {"q": "Hi", "api_key": "any"}) == (403, "Invalid API key")
     keys.write_text("good 1\n")
-    app = LibreTranslate(None, LibreTranslateSettings(api_keys=keys, require_api_key=True))
+    app = LibreTranslate(NoModels(), LibreTranslateSettings(api_keys=keys, require_api_key=True))
     assert refusal(app, {"q": "Hi"}) == (
         400,
         "Please contact the server operator to get an API key",

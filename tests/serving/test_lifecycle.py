@@ -17,11 +17,12 @@ import urllib.request
 import pytest
 
 from keras_transformer import cli
-from keras_transformer.serving import lifecycle
-from keras_transformer.serving.lifecycle import ServedModel, version_directories
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.server import ModelServer
+from keras_transformer.server.models import lifecycle
+from keras_transformer.server.models.lifecycle import ServedModel, version_directories
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.server import ModelServer
 from repo_paths import REPO_ROOT
+from serving_clients import server_settings
 from waiting import wait_until
 
 NAME = "m30k-ende"
@@ -65,7 +66,7 @@ def test_versions_swap_in_and_a_corrupt_one_leaves_the_previous_serving(exported
     base = tmp_path / NAME
     shutil.copytree(exported / "1", base / "1")
     model = ServedModel(NAME, base)
-    server = ModelServer(ModelManager([model]), rest_port=0, grpc_port=0).start()
+    server = ModelServer(ModelManager([model]), server_settings()).start()
     try:
         corrupt(base / "2")
         (base / "3").mkdir()  # half-copied: nothing in it yet

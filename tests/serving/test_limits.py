@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.serving import servable as servable_module
-from keras_transformer.serving.errors import ServingError
-from keras_transformer.serving.limits import Limits, declared_shape
-from keras_transformer.serving.servable import Servable, graph_error_message
+from keras_transformer.server.errors import ServingError
+from keras_transformer.server.models import servable as servable_module
+from keras_transformer.server.models.limits import Limits, declared_shape
+from keras_transformer.server.models.servable import Servable, graph_error_message
 
-LIMITS = Limits(max_sentences=8, max_source_length=200)
+LIMITS = Limits(max_sentences_per_request=8, max_source_length=200)
 
 
 def test_the_declared_shape_is_the_longest_list_at_each_depth():

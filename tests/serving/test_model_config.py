@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.model_config import (
+from keras_transformer.server.models.model_config import (
     All,
     Latest,
     ModelConfig,

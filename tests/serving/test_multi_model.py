@@ -17,12 +17,12 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from durable_files import write_atomically
 from keras_transformer import cli
-from keras_transformer.serving.batching import BatchingParameters
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.model_config import All, Latest, ModelsToServe, Specific
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.server import ModelServer
-from serving_clients import http, predict_request
+from keras_transformer.server.models.batching import BatchingParameters
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.model_config import All, Latest, ModelsToServe, Specific
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.server import ModelServer
+from serving_clients import http, predict_request, server_settings
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # loads several SavedModel versions
@@ -65,7 +65,7 @@ def server(base):
     config = base / "models.config"
     write_config(config, base, "enfr")
     models = ModelManager.to_serve(ModelsToServe(model_config_file=config))  # as `serve` does
-    server = ModelServer(models, rest_port=0, grpc_port=0)
+    server = ModelServer(models, server_settings())
     yield server.start()
     server.stop()
 
@@ -130,7 +130,7 @@ def test_two_models_version_1_never_share_a_batch(server):
     would fill the first's batch and both would leave the queue."""
     models = ModelManager([server.models.get("ende"), server.models.get("enfr")])
     batching = BatchingParameters(True, max_batch_size=2, batch_timeout_micros=10**8)
-    batched = ModelServer(models, rest_port=0, grpc_port=0, batching=batching).start()
+    batched = ModelServer(models, server_settings(batching=batching)).start()
     registry = batched.metrics.registry
 
     def queued(count):
@@ -162,7 +162,7 @@ def test_a_config_change_adds_and_removes_models_without_failing_a_request(serve
     write_config(config, base, "gone")
     ende = server.models.get("ende")
     models = ModelManager([ende, ServedModel("gone", base / "gone")], config, 0.05)
-    reloading = ModelServer(models, rest_port=0, grpc_port=0).start()
+    reloading = ModelServer(models, server_settings()).start()
     answers, failures, stop = [], [], threading.Event()
 
     def client():

@@ -8,13 +8,13 @@ import grpc
 import numpy as np
 import pytest
 
-from keras_transformer.serving.batching import (
+from keras_transformer.server.errors import ServingError
+from keras_transformer.server.models.batching import (
     BatchingParameters,
     BatchScheduler,
     Task,
     batch_key,
 )
-from keras_transformer.serving.errors import ServingError
 
 
 class Recorder:

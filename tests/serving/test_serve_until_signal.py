@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from keras_transformer.errors import KerasTransformerError
-from keras_transformer.serving.server import ModelServer, ServerThreadError
+from keras_transformer.server.server import ModelServer, ServerThreadError
 
 
 class DrainRecorder:

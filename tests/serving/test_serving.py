@@ -2,18 +2,21 @@
 both formats, and the official gRPC stub from tensorflow-serving-api; batching, limits, protocol
 faults and the graceful drain."""
 
+import asyncio
 import base64
 import json
+import resource
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler
 
 import grpc
 import pytest
 import tensorflow as tf
+from starlette.routing import Route
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -24,13 +27,13 @@ from tensorflow_serving.apis import (
 
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.batching import BatchingParameters
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.rest import Reply
-from keras_transformer.serving.server import ModelServer
-from serving_clients import http, predict_request
+from keras_transformer.server.models.batching import BatchingParameters
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.limits import Limits
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.server import OTHER_FILES, ModelServer, raise_file_limit
+from keras_transformer.server.settings import Network
+from serving_clients import http, predict_request, server_settings
 from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
@@ -49,7 +52,7 @@ def expected(run_dir):
     return load_run(run_dir).translate(SENTENCES, SearchSettings(beam_size=4, alpha=0.6))
 
 
-LIMITS = Limits(max_sentences=8, max_source_length=200, max_connections=32)
+LIMITS = Limits(max_sentences_per_request=8, max_source_length=200)
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +60,9 @@ def model(exported):
     return ServedModel(NAME, exported)
 
 
-def started(model, limits=LIMITS, **options):
-    return ModelServer(
-        ModelManager([model]),
-        rest_port=0,
-        grpc_port=0,
-        max_body_bytes=64 * 1024,
-        limits=limits,
-        **options,
-    ).start()
+def started(model, limits=LIMITS, batching=BatchingParameters(), **network):
+    network = {"max_body_bytes": 64 * 1024, "max_connections": 32} | network
+    return ModelServer(ModelManager([model]), server_settings(limits, batching, **network)).start()
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +197,7 @@ def test_a_content_length_that_is_no_byte_count_is_refused_at_once(server, lengt
             f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
         )
         reply = connection.makefile("rb").read()  # the server answers and closes
-    assert reply.startswith(b"HTTP/1.1 400") and b"is not a byte count" in reply
+    assert reply.startswith(b"HTTP/1.1 400")  # refused by the HTTP parser, in its words
     assert http(server, f"/v1/models/{NAME}")[0] == 200
 
 
@@ -348,7 +345,7 @@ def test_grpc_model_status_reports_the_version_state(server):
 
 def test_a_second_server_on_the_grpc_port_fails_clearly(model, server):
     with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{server.grpc_port}"):
-        ModelServer(ModelManager([model]), rest_port=0, grpc_port=server.grpc_port)
+        ModelServer(ModelManager([model]), server_settings(grpc_port=server.grpc_port))
 
 
 def test_a_chunked_body_is_read_as_one_request(server):
@@ -382,8 +379,35 @@ def test_a_body_no_route_reads_is_read_before_the_next_request_on_the_connection
 def test_a_stalled_connection_is_closed_and_the_server_keeps_serving(server):
     with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
         connection.sendall(f"POST {PREDICT} HTTP/1.1\r\nContent-Length: 10\r\n\r\n{{".encode())
-        assert connection.recv(1024) == b""  # closed by the server after its socket timeout
+        reply = connection.makefile("rb").read()  # until the server closes it
+    # Answered 408 after its socket timeout, then closed.
+    assert reply.startswith(b"HTTP/1.1 408") and b"1 bytes of its body in 2 s" in reply
     assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+@pytest.mark.parametrize("sent", [b"", b"GET /v1/models/m30k-ende HTTP/1.1\r\nHost: x"])
+def test_a_connection_silent_or_stalled_in_its_headers_is_closed_after_the_socket_timeout(
+    server, sent
+):
+    with socket.create_connection(("127.0.0.1", server.rest_port), timeout=60) as connection:
+        connection.sendall(sent)
+        start = time.monotonic()
+        assert connection.recv(1024) == b""  # closed, nothing answered
+        assert 1.5 < time.monotonic() - start < 30  # the server's 2 s, not the client's 60
+    assert http(server, f"/v1/models/{NAME}")[0] == 200
+
+
+def test_serve_raises_its_open_files_limit_to_what_its_connections_need():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = 2000 + OTHER_FILES  # a socket a connection, and the server's other files
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        raised = raise_file_limit(Network(max_connections=2000))
+        expected = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        assert raised == expected == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raise_file_limit(Network(max_connections=10)) == expected  # never lowered
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def answers(server) -> bool:
@@ -401,57 +425,70 @@ def stall(server, count) -> list[socket.socket]:
     return stalled
 
 
-def closed_by_server(connection) -> bool:
-    connection.settimeout(60)
-    try:
-        return connection.recv(1024) == b""
-    except OSError:  # reset: closed too
-        return True
+def idle(server, count) -> list[socket.socket]:
+    """`count` keep-alive connections, each answered once and then silent."""
+    connections = [socket.create_connection(("127.0.0.1", server.rest_port)) for _ in range(count)]
+    for connection in connections:
+        connection.sendall(f"GET /v1/models/{NAME} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        connection.settimeout(60)
+        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+    return connections
 
 
-def test_connections_waiting_for_their_clients_make_room_for_new_ones(model):
-    # The stalled connections never time out here: only eviction frees their threads.
-    server = started(model, Limits(max_connections=4), socket_timeout_s=600.0)
-    stalled = stall(server, 8)
+def test_idle_and_stalled_connections_cost_no_thread_and_shut_no_one_out(model):
+    # Neither kind times out here: each holds its socket and a coroutine all along.
+    server = started(model, max_connections=512, socket_timeout_s=600.0)
+    http(server, PREDICT, {"instances": ["A dog."]})  # the worker threads of a request exist
+    threads = threading.active_count()
+    held = stall(server, 200) + idle(server, 100)
     try:
-        # Each of the last four found the first four held, waiting: it took the place of the
-        # one waiting longest. These ten find the last four held.
         served = [http(server, PREDICT, {"instances": ["A dog."]})[0] for _ in range(10)]
         assert served == [200] * 10
-        assert all(closed_by_server(connection) for connection in stalled[:4])
-        evicted = "keras_transformer_serving_evicted_connections_total"
-        assert server.metrics.registry.get_sample_value(evicted) >= 5
+        assert threading.active_count() == threads
     finally:
-        for connection in stalled:
+        for connection in held:
             connection.close()
         server.stop()
 
 
+class HeldApp:
+    """An ASGI route's app that answers once the test lets it: `arrived` is released as each
+    request comes, then `may_answer` is waited for (in a thread, off the event loop); with
+    `body_apart`, the reply's headers are sent first and its body only then."""
+
+    def __init__(self, body_apart=False):
+        self.arrived = threading.Semaphore(0)
+        self.may_answer = threading.Event()
+        self.body_apart = body_apart
+
+    async def __call__(self, scope, receive, send):
+        self.arrived.release()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+        if self.body_apart:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await asyncio.to_thread(self.may_answer.wait, 120)
+        if not self.body_apart:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
 def test_a_connection_beyond_the_limit_is_refused_at_once_when_all_are_being_answered(model):
-    server = started(model, Limits(max_connections=4))
-    arrived = threading.Semaphore(0)
-    may_answer = threading.Event()
-
-    def held(request):  # an app that answers once the test lets it
-        if request.path != "/held":
-            return None
-        arrived.release()
-        may_answer.wait(timeout=120)
-        return Reply.json({})
-
-    server.apps.append(held)
+    server = started(model, max_connections=4)
+    held = HeldApp()
+    server.add_routes([Route("/held", held)])
     try:
         with ThreadPoolExecutor(4) as pool:
             replies = [pool.submit(http, server, "/held") for _ in range(4)]
             for _ in range(4):
-                assert arrived.acquire(timeout=120)
-            error = {"error": "too many connections at once; try again later"}
-            assert http(server, f"/v1/models/{NAME}") == (503, error)
-            may_answer.set()
+                assert held.arrived.acquire(timeout=120)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{server.rest_port}/v1/models/{NAME}")
+            assert refused.value.code == 503
+            held.may_answer.set()
             assert [reply.result()[0] for reply in replies] == [200] * 4
         wait_until(lambda: answers(server))
     finally:
-        may_answer.set()
+        held.may_answer.set()
         server.stop()
 
 
@@ -483,29 +520,18 @@ def test_drain_answers_the_requests_in_flight_then_stops(model):
         http(server, f"/v1/models/{NAME}")
 
 
-def test_drain_waits_for_a_reply_still_being_written(model, monkeypatch):
+def test_drain_waits_for_a_reply_still_being_written(model):
     # The reply stops between its headers and its body: a process that ended when the drain
     # returned would cut it there.
-    body_may_go = threading.Event()
-    end_headers = BaseHTTPRequestHandler.end_headers
-
-    def end_headers_then_wait(handler):
-        end_headers(handler)
-        body_may_go.wait(timeout=120)
-
-    monkeypatch.setattr(BaseHTTPRequestHandler, "end_headers", end_headers_then_wait)
     server = started(model)
-    answered = {"api": "rest", "model": NAME, "status": "OK"}
+    held = HeldApp(body_apart=True)
+    server.add_routes([Route("/held", held)])
     with ThreadPoolExecutor(2) as pool:
-        reply = pool.submit(http, server, PREDICT, {"instances": ["A dog runs."]})
-        wait_until(
-            lambda: server.metrics.registry.get_sample_value(
-                "keras_transformer_serving_requests_total", answered
-            )
-        )
+        reply = pool.submit(http, server, "/held")
+        assert held.arrived.acquire(timeout=120)
         drain = pool.submit(server.drain, 120)
         with pytest.raises(TimeoutError):
             drain.result(timeout=2)
-        body_may_go.set()
+        held.may_answer.set()
         assert reply.result()[0] == 200
         drain.result(timeout=120)

@@ -12,11 +12,11 @@ import tensorflow as tf
 from keras_transformer.analysis.attention_plot import attention_maps
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.errors import ServingError
-from keras_transformer.serving.export import ExportOptions, exported_languages
-from keras_transformer.serving.layout import MODEL_INFO
-from keras_transformer.serving.limits import Limits
-from keras_transformer.serving.servable import Servable
+from keras_transformer.export.exporter import ExportOptions, exported_languages
+from keras_transformer.export.layout import MODEL_INFO
+from keras_transformer.server.errors import ServingError
+from keras_transformer.server.models.limits import Limits
+from keras_transformer.server.models.servable import Servable
 from pipelines.tokenizer import BOS_ID, EOS_ID
 
 pytestmark = pytest.mark.slow  # loads a SavedModel

@@ -1,4 +1,4 @@
-"""The web page at / (serving/web_page.py) in a real browser: headless Chromium (Debian's
+"""The web page at / (server/page/web_page.py) in a real browser: headless Chromium (Debian's
 `chromium` and `chromium-driver`) driven by selenium, over a `ModelServer` of the session's tiny
 export. It is typed with the keyboard and checked against the model's own signatures, at desktop
 size and at 390×844; screenshots are saved under the test's temporary folder.
@@ -10,19 +10,20 @@ sets it), where they fail.
 import base64
 import importlib.util
 import os
-from email.message import Message
 from pathlib import Path
 
 import numpy as np
 import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
-from keras_transformer.serving.libretranslate import LibreTranslate, LibreTranslateSettings
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.model_manager import ModelManager
-from keras_transformer.serving.rest import Request
-from keras_transformer.serving.server import ModelServer
-from keras_transformer.serving.web_page import FILES, WebPage
-from serving_clients import predict_outputs
+from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.page.api_docs import api_docs
+from keras_transformer.server.page.web_page import FILES, WebPage
+from keras_transformer.server.server import ModelServer
+from serving_clients import predict_outputs, server_settings
 from waiting import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,24 +36,25 @@ SEARCH = {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # the page's: §6.1
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
 
 
-def get(path):
-    return Request("GET", path, {}, Message(), "127.0.0.1", lambda: b"")
+def page_alone() -> TestClient:
+    """A client of an application holding the page's routes and nothing else."""
+    return TestClient(Starlette(routes=WebPage().routes()))
 
 
 def test_the_page_files_only_by_get():
-    page = WebPage()
-    assert page(get("/")).content_type == "text/html; charset=utf-8"
-    assert page(get("/static/app.js")).content_type == "text/javascript; charset=utf-8"
-    assert page(get("/static/style.css")).content_type == "text/css; charset=utf-8"
-    assert page(get("/static/web_page.py")) is None  # the folder is not served, its files are
-    assert page(get("/v1/models")) is None
-    post = Request("POST", "/", {}, Message(), "127.0.0.1", lambda: b"{}")
-    assert page(post) is None
+    page = page_alone()
+    assert page.get("/").headers["Content-Type"] == "text/html; charset=utf-8"
+    assert page.get("/static/app.js").headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert page.get("/static/style.css").headers["Content-Type"] == "text/css; charset=utf-8"
+    assert page.get("/static/web_page.py").status_code == 404  # the files, not the folder
+    assert page.get("/v1/models").status_code == 404
+    assert page.post("/", content=b"{}").status_code == 405
 
 
 def test_every_file_allows_only_its_own_server():
+    page = page_alone()
     for path in FILES:
-        policy = WebPage()(get(path)).headers["Content-Security-Policy"]
+        policy = page.get(path).headers["Content-Security-Policy"]
         assert "default-src 'self';" in policy
         assert "unsafe" not in policy and "*" not in policy and "http" not in policy
 
@@ -94,10 +96,10 @@ def browser():
 @pytest.fixture(scope="module")
 def server(exported, multilingual):
     models = ModelManager([ServedModel(NAME, exported), ServedModel(MULTILINGUAL, multilingual)])
-    server = ModelServer(models, rest_port=0, grpc_port=0)
+    server = ModelServer(models, server_settings())
     server.start()
     LibreTranslate.add_to(server, LibreTranslateSettings())  # as `serve` does: /languages
-    server.apps.append(WebPage())
+    server.add_routes(WebPage().routes() + api_docs().routes())  # as `serve` does
     yield server
     server.stop()
 
@@ -292,5 +294,17 @@ def test_errors_are_shown_as_text(browser, server):
     assert "Servable not found for request: gone" in element(browser, "[role=alert]").text
     assert elements(browser, "#result[hidden]")
     # No script error and nothing the Content-Security-Policy refused, in any of the tests.
+    console = [entry["message"] for entry in browser.get_log("browser")]
+    assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
+
+
+@pytest.mark.slow  # a browser process
+def test_the_api_docs_page_shows_every_route_of_the_contract(browser, server):
+    """/docs: Swagger UI from the server's own files, on its /openapi.json, refused nothing by
+    its Content-Security-Policy."""
+    browser.get(f"http://127.0.0.1:{server.rest_port}/docs")
+    wait_until(lambda: elements(browser, ".opblock-summary-path"))
+    shown = {node.get_attribute("data-path") for node in elements(browser, ".opblock-summary-path")}
+    assert {"/translate", "/v1/models/{name}:predict", "/openapi.json", "/spec"} <= shown
     console = [entry["message"] for entry in browser.get_log("browser")]
     assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console

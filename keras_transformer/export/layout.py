@@ -1,7 +1,6 @@
-"""What the exporters share with what reads their exports, so that neither imports the other:
-TensorFlow Serving's layout of a version directory, written by `saved_model` and read by
-`servable`, and the TFLite export's weight types, offered by `export.ExportOptions` (which imports
-no TensorFlow) and made by `tflite`."""
+"""The files of an export that servers read: TensorFlow Serving's layout of a version directory,
+written by `saved_model` and read by the server's `servable`, and the TFLite export's weight
+types, offered by `exporter.ExportOptions` (which imports no TensorFlow) and made by `tflite`."""
 
 from pathlib import Path
 
@@ -14,6 +13,6 @@ WARMUP_REQUESTS = Path("assets.extra") / "tf_serving_warmup_requests"
 # source, EOS included, before the signatures cut it). TensorFlow Serving ignores the file.
 MODEL_INFO = Path("assets.extra") / "model_info.json"
 
-# How a TFLite model stores its weights (serving/tflite.py): int8 with dynamic-range
+# How a TFLite model stores its weights (export/tflite.py): int8 with dynamic-range
 # quantization, or float16.
 TFLITE_QUANTIZATIONS = ("dynamic", "float16")

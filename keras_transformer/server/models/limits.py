@@ -1,5 +1,4 @@
-"""What one request may ask of the server: sentences, source length, token ids; and how many
-REST connections the server holds at once.
+"""What one request may ask of the server: sentences, source length, token ids.
 
 Checked on a request's declared shape before any array is built from it (a gRPC `TensorProto`
 declares its shape apart from its values, and `tf.make_ndarray` would allocate the declared
@@ -13,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.errors import bad_request
+from keras_transformer.server.errors import bad_request
 
 if TYPE_CHECKING:  # the server's flags are made from `Limits` without loading TensorFlow
     import numpy as np
@@ -36,28 +35,19 @@ def declared_shape(value, rank: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may hold, and how many REST connections are held at once (each holds a
-    thread: beyond the bound a new one takes the place of one waiting for its client, so that
-    clients stalling mid-request cannot take every thread, or is answered 503); the `help` of
-    each field documents it, and `keras-transformer serve`'s flags are generated from them."""
+    """What one request may hold; the `help` of each field documents it, and
+    `keras-transformer serve`'s flags are generated from them."""
 
-    max_sentences: int = field(
+    max_sentences_per_request: int = field(
         default=64,
-        metadata={"help": "sentences of one request", "flag": "--max-sentences-per-request"},
+        metadata={"help": "sentences of one request", "metavar": "MAX_SENTENCES"},
     )
     max_source_length: int = field(
         default=2048, metadata={"help": "UTF-8 bytes of a sentence, or ids of a source_ids row"}
     )
-    max_connections: int = field(
-        default=128,
-        metadata={
-            "help": "REST connections held at once; beyond, a new one evicts the one waiting "
-            "longest for its client, or is answered 503 if all are being answered"
-        },
-    )
 
     def __post_init__(self):
-        for name in ("max_sentences", "max_source_length", "max_connections"):
+        for name in ("max_sentences_per_request", "max_source_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} {getattr(self, name)} is below 1")
 
@@ -68,10 +58,10 @@ class Limits:
             raise bad_request(
                 f"input {name!r} has shape {list(shape)}, expected {spec.shape.as_list()}"
             )
-        if shape and shape[0] > self.max_sentences:
+        if shape and shape[0] > self.max_sentences_per_request:
             raise bad_request(
                 f"input {name!r} holds {shape[0]} sentences, over the limit of "
-                f"{self.max_sentences} (--max-sentences-per-request)"
+                f"{self.max_sentences_per_request} (--max-sentences-per-request)"
             )
         if len(shape) > 1 and shape[1] > self.max_source_length:
             raise bad_request(

@@ -21,8 +21,8 @@ import html
 import re
 from collections.abc import Iterable
 
-from keras_transformer.serving import sentences
-from keras_transformer.serving.sentences import Piece
+from keras_transformer.server.apis import sentences
+from keras_transformer.server.apis.sentences import Piece
 
 # A comment, a declaration or processing instruction, or a tag (whose quoted attribute values
 # may hold ">"); one left open runs to the end of the text, as browsers read it (and so no text

@@ -72,8 +72,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class ModelsToServe:
     """Which models `keras-transformer serve` serves, by TF Serving's flag names: one model
-    (`model_name`, `model_base_path`) or a config file's; the `help` of each field documents it,
-    and the `serve` flags are generated from them."""
+    (`model_name`, `model_base_path`) or a config file's, and how often they are polled; the
+    `help` of each field documents it, and the `serve` flags are generated from them. A server
+    built in Python may leave the models unnamed (`ModelServer` takes its `ModelManager`)."""
 
     model_name: str | None = field(
         default=None, metadata={"help": "the model's name in requests", "metavar": "NAME"}
@@ -97,6 +98,13 @@ class ModelsToServe:
             "metavar": "SECONDS",
         },
     )
+    file_system_poll_wait_seconds: int = field(
+        default=1,
+        metadata={
+            "help": "how often each base path is looked at for new versions; 0: never",
+            "metavar": "SECONDS",
+        },
+    )
 
     def __post_init__(self):
         one_model = (self.model_name, self.model_base_path)
@@ -107,11 +115,9 @@ class ModelsToServe:
             )
         if self.model_config_file is None and any(v is None for v in one_model):
             raise ConfigError("give model_name and model_base_path, or model_config_file")
-        if self.model_config_file_poll_wait_seconds < 0:
-            raise ConfigError(
-                f"model_config_file_poll_wait_seconds "
-                f"{self.model_config_file_poll_wait_seconds} is below 0"
-            )
+        for name in ("model_config_file_poll_wait_seconds", "file_system_poll_wait_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} {getattr(self, name)} is below 0")
 
 
 def read_model_config_file(path) -> list[ModelConfig]:

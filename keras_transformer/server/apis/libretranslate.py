@@ -2,7 +2,8 @@
 translation, browser extensions, `libretranslatepy`) translate with the served models.
 
 It follows LibreTranslate's own `libretranslate/app.py`: its routes, parameters, replies, error
-texts and codes, and its CORS headers on every reply of these routes, errors included.
+texts and codes, and its CORS (Starlette's middleware, on every reply of these routes to a
+cross-origin request, errors included).
 
 - `POST /translate`: `q` (a string, or a list in JSON bodies), `source` (a code, or `auto`),
   `target`, `format` (`text` or `html`), `alternatives` (how many other translations),
@@ -15,56 +16,77 @@ texts and codes, and its CORS headers on every reply of these routes, errors inc
   multilingual model (each sentence is then led by the target's token, `>>fra<<`). It also
   takes the body that `libretranslatepy` sends with it.
 - `POST /detect`: `q` → `[{confidence, language}]`, over the languages the models translate from.
-- `OPTIONS` on each: the CORS preflight.
+- `OPTIONS` on each: the CORS preflight;
+- `GET /spec`: the API's OpenAPI contract (`openapi`), where LibreTranslate publishes its own.
 
-Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-data`) with the
-query string's parameters. Errors are `{"error": ...}`: 400 for bad or missing input, 403 for an
-unknown API key, 429 over a rate limit (`api_keys`), 405 for another method.
+Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-data` parsed by
+python-multipart) with the query string's parameters, read within the server's body limits.
+Errors are `{"error": ...}` (`errors.ServingError`): 400 for bad or missing input, 403 for an
+unknown API key, 429 over a rate limit (`api_keys`, counted by `limits` in memory or in Redis),
+405 for another method. The access check and the translation run in the server's worker
+threads, off the event loop.
 
 Each text is split into sentences (`sentences`; HTML into the sentences of its text nodes,
 `html_text`), and all the sentences of a request are translated by one `translate_options` call,
 batched by the server with other requests to the same model, then joined back with the text's
 own spacing and markup. A sentence whose subwords (`source_lengths`) exceed the model's
 `max_length` is split at its clauses, then at spaces, rather than cut by the model; a word longer
-than that is refused. A request of more sentences than the server's `max_sentences` is refused.
+than that is refused. A request of more sentences than the server's `max_sentences_per_request`
+is refused.
 """
 
 import json
 import logging
 from dataclasses import dataclass, field
-from email import policy
-from email.parser import BytesParser
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs
 
+from starlette import routing
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+
 from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving import html_text, sentences
-from keras_transformer.serving.api_keys import ApiKey, RateLimiter, read_api_keys
-from keras_transformer.serving.errors import ServingError
-from keras_transformer.serving.language_id import (
+from keras_transformer.server.apis import html_text, openapi, sentences
+from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
+from keras_transformer.server.apis.http import answered, json_reply, read_body
+from keras_transformer.server.apis.language_id import (
     DetectorMissing,
     LanguageIdentifier,
     language_name,
     public_code,
 )
-from keras_transformer.serving.rest import Reply, Request
-from keras_transformer.serving.sentences import Piece
+from keras_transformer.server.apis.sentences import Piece
+from keras_transformer.server.errors import bad_request, forbidden, too_many_requests
 
 logger = logging.getLogger(__name__)
 
 METHODS = {"/translate": "POST", "/languages": "GET", "/detect": "POST"}
 
 # LibreTranslate's (its after_request): any origin may call the API from a browser.
-CORS_HEADERS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Allow-Headers": "Authorization, Content-Type",
-    "Access-Control-Expose-Headers": "Authorization",
-    "Access-Control-Allow-Methods": "GET, POST",
-    "Access-Control-Allow-Credentials": "true",
-    "Access-Control-Max-Age": str(60 * 60 * 24 * 20),
+CORS = {
+    "allow_origins": ["*"],
+    "allow_headers": ["Authorization", "Content-Type"],
+    "expose_headers": ["Authorization"],
+    "allow_methods": ["GET", "POST"],
+    "max_age": 60 * 60 * 24 * 20,
 }
+
+
+class LibreTranslateCors(CORSMiddleware):
+    """Starlette's CORS with LibreTranslate's preflight reply: its headers and status, and an
+    empty body (Starlette's says "OK"), as Flask answers an OPTIONS request."""
+
+    def preflight_response(self, request_headers) -> Response:
+        reply = super().preflight_response(request_headers)
+        kept = {
+            k: v for k, v in reply.headers.items() if k not in ("content-length", "content-type")
+        }
+        return Response(b"", reply.status_code, kept, media_type="text/plain")
+
 
 SEARCH = SearchSettings()  # §6.1's beam 4, α 0.6, extra length 50
 # The beam sizes of the exported `translate_options` (saved_model.REQUEST_BEAM_SIZES) that hold
@@ -106,6 +128,14 @@ class LibreTranslateSettings:
     batch_limit: int = field(
         default=-1, metadata={"help": "texts of one LibreTranslate q list (-1: any)"}
     )
+    rate_limit_storage: str = field(
+        default="memory://",
+        metadata={
+            "help": "where request counts are kept: memory:// (this process) or "
+            "redis://HOST:PORT (one count shared by the replicas using it)",
+            "metavar": "URL",
+        },
+    )
 
     def __post_init__(self):
         for name in ("req_limit", "char_limit", "batch_limit"):
@@ -113,18 +143,6 @@ class LibreTranslateSettings:
                 raise ConfigError(f"{name} {getattr(self, name)} is below -1 (no limit)")
         if self.require_api_key and self.api_keys is None:
             raise ConfigError("require_api_key needs api_keys, the file of the keys accepted")
-
-
-class LibreTranslateError(Exception):
-    """A request refused with LibreTranslate's status and error text."""
-
-    def __init__(self, status: HTTPStatus, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def invalid(message) -> LibreTranslateError:
-    return LibreTranslateError(HTTPStatus.BAD_REQUEST, message)
 
 
 @dataclass(frozen=True)
@@ -174,15 +192,14 @@ def filter_unique(texts, translation) -> list[str]:
 
 
 class LibreTranslate:
-    """LibreTranslate's API as an app of `server` (a `ModelServer`): `app(request)` answers
-    the requests of its routes with a `rest.Reply`, and None to the others."""
+    """LibreTranslate's API over `server` (a `ModelServer`): `routes()` for its application."""
 
     def __init__(self, server, settings: LibreTranslateSettings = LibreTranslateSettings()):
         self.server = server
         self.settings = settings
         # None: no keys file, and a key given is not looked at (LibreTranslate without --api-keys)
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
-        self.limiter = RateLimiter()
+        self.limiter = RateLimits(settings.rate_limit_storage)
         self.identifier = LanguageIdentifier()
         try:  # without the serving extra's language names, fail here, not on a request
             language_name("en")
@@ -192,43 +209,45 @@ class LibreTranslate:
     @classmethod
     def add_to(cls, server, settings: LibreTranslateSettings):
         """Serves the API on `server`'s REST port, unless `settings.libretranslate` is off; a
-        setting that cannot be used stops the server and raises ConfigError."""
+        setting that cannot be used (a rate-limit storage that cannot be reached, say) stops
+        the server and raises ConfigError."""
         if not settings.libretranslate:
             return
         try:
-            server.apps.append(cls(server, settings))
+            api = cls(server, settings)
+            server.add_routes(api.routes(), openapi.libretranslate_paths())
         except ConfigError:
             server.stop()
             raise
 
-    def __call__(self, request: Request) -> Reply | None:
-        method = METHODS.get(request.path)
-        if method is None:
-            return None
-        try:
-            reply = self._answer(request, method)
-        except (LibreTranslateError, ServingError) as error:
-            reply = Reply.json({"error": str(error)}, error.status)
-        except Exception as error:  # still an answer a browser page can read
-            logger.exception("LibreTranslate request failed")
-            message = f"Cannot translate text: {error}"
-            reply = Reply.json({"error": message}, HTTPStatus.INTERNAL_SERVER_ERROR)
-        reply.headers.update(CORS_HEADERS)
-        return reply
+    def routes(self) -> list[routing.Route]:
+        """A route for each path, every method, behind LibreTranslate's CORS (its preflight
+        answered by the middleware); and `/spec`, its OpenAPI contract."""
+        endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
+        app = LibreTranslateCors(routing.request_response(endpoint), **CORS)
+        return [*(routing.Route(path, app) for path in METHODS), openapi.spec_route()]
 
-    def _answer(self, request: Request, method: str) -> Reply:
+    async def _answer(self, request: Request) -> Response:
+        method = METHODS[request.url.path]
         allow = {"Allow": f"{method}, OPTIONS"}
         if request.method == "OPTIONS":
-            return Reply(HTTPStatus.OK, b"", "text/plain", allow)
+            return Response(b"", HTTPStatus.OK, allow, media_type="text/plain")
         if request.method != method:
-            return Reply.json({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
-        if request.path == "/languages":  # not counted, as LibreTranslate's is not
-            return Reply.json(self.languages())
-        params, is_json = parameters(request)
-        key = self._access(params, request.client)
-        if request.path == "/detect":
-            return Reply.json(self.detect(params))
-        return Reply.json(self.translate(params, is_json, key))
+            return json_reply({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
+        if request.url.path == "/languages":  # not counted, as LibreTranslate's is not
+            return json_reply(await self.server.call(self.languages))
+        params, is_json = await parameters(request, self.server.settings.network)
+        client = request.client.host if request.client else ""
+        path = request.url.path
+        return json_reply(await self.server.call(self.answer, path, params, is_json, client))
+
+    def answer(self, path, params, is_json, client):
+        """The reply of `/detect` or `/translate` to `params`, in a worker thread, after the
+        access check."""
+        key = self._access(params, client)
+        if path == "/detect":
+            return self.detect(params)
+        return self.translate(params, is_json, key)
 
     # -- access: API keys and rate limits ------------------------------------------------------
 
@@ -239,16 +258,14 @@ class LibreTranslate:
         looked_at = self.api_keys is not None and params.get("api_key")
         given = str(params["api_key"]) if looked_at else None
         if given is not None and given not in self.api_keys:
-            raise LibreTranslateError(HTTPStatus.FORBIDDEN, "Invalid API key")
+            raise forbidden("Invalid API key")
         if given is None and self.settings.require_api_key:
-            raise invalid("Please contact the server operator to get an API key")
+            raise bad_request("Please contact the server operator to get an API key")
         key = self.api_keys[given] if given is not None else ApiKey()
         limit = key.req_limit if key.req_limit >= 0 else self.settings.req_limit
         counted = given if given is not None else client
         if not self.limiter.allow(counted, limit):
-            raise LibreTranslateError(
-                HTTPStatus.TOO_MANY_REQUESTS, f"Slowdown: {limit} per 1 minute"
-            )
+            raise too_many_requests(f"Slowdown: {limit} per 1 minute")
         return key
 
     # -- the routes ----------------------------------------------------------------------------
@@ -268,7 +285,7 @@ class LibreTranslate:
     def detect(self, params) -> list[dict]:
         q = params.get("q")
         if not q:
-            raise invalid("Invalid request: missing q parameter")
+            raise bad_request("Invalid request: missing q parameter")
         texts = text_list(q)
         ranked = self._rank("\n".join(texts), routes(self.server.models.available()))
         likely = [candidate for candidate in ranked[:3] if candidate["confidence"] > 0]
@@ -277,23 +294,25 @@ class LibreTranslate:
     def _rank(self, text, pairs) -> list[dict]:
         sources = sorted({source for source, _ in pairs})
         if not sources:
-            raise invalid("Invalid request: no model is available to detect a language for")
+            raise bad_request("Invalid request: no model is available to detect a language for")
         try:
             return self.identifier.rank(text, sources)
         except DetectorMissing as error:
-            raise invalid(str(error)) from None
+            raise bad_request(str(error)) from None
 
     def translate(self, params, is_json, key: ApiKey) -> dict:
         q, source, target = (params.get(name) for name in ("q", "source", "target"))
         for name, value in (("q", q), ("source", source), ("target", target)):
             if not value:
-                raise invalid(f"Invalid request: missing {name} parameter")
+                raise bad_request(f"Invalid request: missing {name} parameter")
         try:
             alternatives = max(0, int(params.get("alternatives") or 0))
         except (TypeError, ValueError):
-            raise invalid("Invalid request: alternatives parameter is not a number") from None
+            raise bad_request("Invalid request: alternatives parameter is not a number") from None
         if alternatives > MAX_ALTERNATIVES:
-            raise invalid(f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}")
+            raise bad_request(
+                f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}"
+            )
         texts = text_list(q)
         if not is_json:  # a form's line ends as LibreTranslate counts them: LF only
             texts = ["\n".join(text.splitlines()) for text in texts]
@@ -301,7 +320,7 @@ class LibreTranslate:
         route, detected = self._route(source, target, texts)
         text_format = params.get("format") or "text"
         if text_format not in ("text", "html"):
-            raise invalid(f"{text_format} format is not supported")
+            raise bad_request(f"{text_format} format is not supported")
         translated, other = self._translated(route, texts, text_format == "html", alternatives)
         one = not isinstance(q, list)  # a list q has a list of each
         result = {"translatedText": translated[0] if one else translated}
@@ -321,13 +340,13 @@ class LibreTranslate:
         else:
             source_code = requested_code(str(source), {s for s, _ in pairs})
             if source_code is None:
-                raise invalid(f"{str(source).lower()} is not supported")
+                raise bad_request(f"{str(source).lower()} is not supported")
         target_code = requested_code(str(target), {code for pair in pairs for code in pair})
         if target_code is None:
-            raise invalid(f"{str(target).lower()} is not supported")
+            raise bad_request(f"{str(target).lower()} is not supported")
         route = pairs.get((source_code, target_code))
         if route is None:
-            raise invalid(
+            raise bad_request(
                 f"{language_name(target_code)} ({target_code}) is not available as a target "
                 f"language from {language_name(source_code)} ({source_code})"
             )
@@ -335,14 +354,14 @@ class LibreTranslate:
 
     def _check_sizes(self, texts, is_list, key: ApiKey):
         if is_list and 0 <= self.settings.batch_limit < len(texts):
-            raise invalid(
+            raise bad_request(
                 f"Invalid request: request ({len(texts)}) exceeds text limit "
                 f"({self.settings.batch_limit})"
             )
         char_limit = key.char_limit if key.char_limit >= 0 else self.settings.char_limit
         for text in texts:
             if 0 <= char_limit < len(text):
-                raise invalid(
+                raise bad_request(
                     f"Invalid request: request ({len(text)}) exceeds text limit ({char_limit})"
                 )
 
@@ -398,7 +417,7 @@ class LibreTranslate:
         if len(parts) == 1:
             parts = sentences.halves(sentence)
         if len(parts) == 1:
-            raise invalid(
+            raise bad_request(
                 f"Invalid request: {sentence[:50]!r} is longer than the {max_length} subwords "
                 "the model translates at once, and has no space to split it at"
             )
@@ -419,11 +438,11 @@ class LibreTranslate:
         return best, n_best
 
     def _predict(self, route: Route, signature, units, **options) -> dict:
-        limit = self.server.limits.max_sentences
+        limit = self.server.limits.max_sentences_per_request
         if len(units) > limit:
-            raise invalid(
+            raise bad_request(
                 f"Invalid request: the texts hold {len(units)} sentences, over the server's "
-                f"limit of {limit} a request (max_sentences)"
+                f"limit of {limit} a request (max_sentences_per_request)"
             )
         inputs = {"text": [route.model_input(unit) for unit in units], **options}
 
@@ -445,51 +464,60 @@ def text_list(q) -> list[str]:
     """`q` as a list of texts: a string, or a list of strings."""
     texts = q if isinstance(q, list) else [q]
     if not all(isinstance(text, str) for text in texts):
-        raise invalid("Invalid request: q must be a string or a list of strings")
+        raise bad_request("Invalid request: q must be a string or a list of strings")
     return texts
 
 
-def parameters(request: Request) -> tuple[dict, bool]:
+async def parameters(request: Request, network) -> tuple[dict, bool]:
     """(the request's parameters, whether its body is JSON): a JSON body's object, or the
-    query string's parameters and a form body's fields."""
-    body = request.body()
-    content_type = request.headers.get_content_type()
+    query string's parameters and a form body's fields; the body read within `network`'s
+    limits (`http.read_body`)."""
+    body = await read_body(request, network.max_body_bytes, network.socket_timeout_s)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
             value = json.loads(body)
         except (ValueError, RecursionError) as error:
-            raise invalid(f"Failed to decode JSON object: {error}") from None
+            raise bad_request(f"Failed to decode JSON object: {error}") from None
         if not isinstance(value, dict):
-            raise invalid("Invalid JSON format")
+            raise bad_request("Invalid JSON format")
         return value, True
     values = {}
     if content_type == "application/x-www-form-urlencoded":
         values = form_fields(body)
     elif content_type == "multipart/form-data":
-        values = multipart_fields(request.headers.get("Content-Type", ""), body)
-    return values | {name: value[0] for name, value in request.query.items()}, False
+        values = await multipart_fields(request.headers, body)
+    return values | dict(request.query_params), False
 
 
 def form_fields(body: bytes) -> dict:
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
     except ValueError as error:
-        raise invalid(f"Invalid request: the form body is not UTF-8 ({error})") from None
+        raise bad_request(f"Invalid request: the form body is not UTF-8 ({error})") from None
     return {name: value[0] for name, value in fields.items()}
 
 
-def multipart_fields(content_type: str, body: bytes) -> dict:
-    """The text fields of a multipart/form-data body (RFC 7578); files are left out."""
-    head = f"Content-Type: {content_type}\r\n\r\n".encode("latin-1", "replace")
-    message = BytesParser(policy=policy.HTTP).parsebytes(head + body)
-    if not message.is_multipart() or message.defects:
-        raise invalid("Invalid request: malformed multipart/form-data body")
+MALFORMED_MULTIPART = "Invalid request: malformed multipart/form-data body"
+
+
+async def multipart_fields(headers, body: bytes) -> dict:
+    """The text fields of a multipart/form-data body (RFC 7578), parsed by python-multipart;
+    files are left out. A body with no part at all is malformed."""
+
+    async def stream():
+        yield body
+
+    try:
+        form = await MultiPartParser(headers, stream(), max_files=0).parse()
+    except MultiPartException as error:
+        raise bad_request(
+            f"Invalid request: malformed multipart/form-data body ({error})"
+        ) from None
+    if not form:
+        raise bad_request("Invalid request: malformed multipart/form-data body (no part)")
     fields = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name and part.get_filename() is None:
-            try:
-                fields.setdefault(name, part.get_content())
-            except (LookupError, ValueError) as error:
-                raise invalid(f"Invalid request: form field {name!r}: {error}") from None
+    for name, value in form.multi_items():
+        if isinstance(value, str):
+            fields.setdefault(name, value)
     return fields

@@ -10,8 +10,8 @@ import dataclasses
 from pathlib import Path
 
 from keras_transformer.errors import ConfigError, KerasTransformerError
+from keras_transformer.export.layout import TFLITE_QUANTIZATIONS
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
 
 FORMATS = ("saved_model", "tflite", "ctranslate2")
 
@@ -90,7 +90,7 @@ def export(
     if options.format == "ctranslate2":
         return _export_ctranslate2()(translator, output, options.quantization)
     if options.format == "tflite":
-        from keras_transformer.serving.tflite import export_tflite
+        from keras_transformer.export.tflite import export_tflite
 
         return export_tflite(
             translator,
@@ -99,7 +99,7 @@ def export(
             source_length=options.source_length,
             search=search,
         )
-    from keras_transformer.serving.saved_model import export_saved_model
+    from keras_transformer.export.saved_model import export_saved_model
 
     sizes = options.warmup_batch_sizes or (1,)
     languages = exported_languages(options, run_dir)
@@ -127,7 +127,7 @@ def export_size(path) -> int:
 
 def _export_ctranslate2():
     try:
-        from keras_transformer.serving.ctranslate2_export import export_ctranslate2
+        from keras_transformer.export.ctranslate2_export import export_ctranslate2
     except ModuleNotFoundError as error:  # ctranslate2: the [ctranslate2] extra
         raise MissingExtraError(
             f"format ctranslate2 needs the ctranslate2 extra ({error}): "

@@ -21,11 +21,13 @@ Example:
 import functools
 import threading
 
+from keras_transformer.errors import KerasTransformerError
+
 # LibreTranslate's public codes of its models' "zh", "zt" and "pb" (its language.aliases).
 ALIASES = {"zh": "zh-Hans", "zt": "zh-Hant", "pb": "pt-BR"}
 
 
-class DetectorMissing(Exception):
+class DetectorMissing(KerasTransformerError):
     """Language identification was asked for, and its package is not installed."""
 
 

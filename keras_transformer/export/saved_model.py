@@ -96,8 +96,8 @@ from keras_transformer.decoding.beam_search import BeamSearchResult
 from keras_transformer.decoding.forced import attention_weights
 from keras_transformer.decoding.search import best_of, n_best_search
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
+from keras_transformer.export.layout import MODEL_INFO, WARMUP_REQUESTS
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.layout import MODEL_INFO, WARMUP_REQUESTS
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)

@@ -11,18 +11,21 @@ origin, and says so to the browser: every file is sent with a Content-Security-P
 `keras-transformer serve --no-ui` leaves the page out.
 """
 
-from http import HTTPStatus
 from importlib import resources
 
-from keras_transformer.serving.rest import Reply, Request
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 # The page's files by URL path; nothing else under the folder is served.
 FILES = {"/": "index.html", "/static/style.css": "style.css", "/static/app.js": "app.js"}
+WEB = resources.files(__package__) / "web"
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
+    ".png": "image/png",
 }
 
 HEADERS = {
@@ -36,22 +39,24 @@ HEADERS = {
 
 
 class WebPage:
-    """An app of `ModelServer` (`server.apps.append(WebPage())`): answers `GET` of the page's
-    files, and leaves every other request to the next app."""
+    """The page's files as routes of the server's application (`server.add_routes(
+    WebPage().routes())`): each answers `GET` (and `HEAD`) of its path. Another page gives its
+    own `files` ({URL path: file}) and `headers`."""
 
-    def __init__(self):
-        folder = resources.files(__package__) / "web"
-        self.replies = {
-            path: Reply(
-                HTTPStatus.OK,
-                (folder / name).read_bytes(),
-                CONTENT_TYPES[name[name.rindex(".") :]],
-                HEADERS,
-            )
-            for path, name in FILES.items()
+    def __init__(self, files=None, headers=HEADERS):
+        files = files or {path: WEB / name for path, name in FILES.items()}
+        self.headers = headers
+        self.files = {
+            path: (file.read_bytes(), CONTENT_TYPES[file.name[file.name.rindex(".") :]])
+            for path, file in files.items()
         }
 
-    def __call__(self, request: Request) -> Reply | None:
-        if request.method != "GET":
-            return None
-        return self.replies.get(request.path)
+    def reply(self, path: str) -> Response:
+        content, content_type = self.files[path]
+        return Response(content, headers=self.headers, media_type=content_type)
+
+    def routes(self) -> list[Route]:
+        async def endpoint(request: Request) -> Response:
+            return self.reply(request.url.path)
+
+        return [Route(path, endpoint, methods=["GET"]) for path in self.files]

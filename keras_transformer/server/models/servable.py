@@ -16,9 +16,9 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedMode
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
-from keras_transformer.serving.errors import ServingError, bad_request
-from keras_transformer.serving.layout import MODEL_INFO, WARMUP_REQUESTS
-from keras_transformer.serving.limits import Limits, declared_shape
+from keras_transformer.export.layout import MODEL_INFO, WARMUP_REQUESTS
+from keras_transformer.server.errors import ServingError, bad_request
+from keras_transformer.server.models.limits import Limits, declared_shape
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Servable:
             return 0
         start = time.perf_counter()
         count = 0
-        unlimited = Limits(max_sentences=2**31, max_source_length=2**31)
+        unlimited = Limits(max_sentences_per_request=2**31, max_source_length=2**31)
         for count, serialized in enumerate(tf.data.TFRecordDataset(str(records)), start=1):
             request = prediction_log_pb2.PredictionLog.FromString(serialized.numpy()).predict_log
             try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.errors import (
+from keras_transformer.server.errors import (
     ServingError,
     bad_request,
     cancelled,

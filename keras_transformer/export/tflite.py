@@ -34,8 +34,8 @@ import tensorflow as tf
 from durable_files import copy_atomically, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
+from keras_transformer.export.layout import TFLITE_QUANTIZATIONS
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.serving.layout import TFLITE_QUANTIZATIONS
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)

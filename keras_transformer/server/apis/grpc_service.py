@@ -19,7 +19,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from keras_transformer.serving.errors import ServingError, bad_request
+from keras_transformer.server.errors import ServingError, bad_request
 
 _STATES = get_model_status_pb2.ModelVersionStatus.State
 

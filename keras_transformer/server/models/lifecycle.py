@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from keras_transformer.serving.errors import bad_request, not_found, unavailable
-from keras_transformer.serving.model_config import Latest, Specific, VersionPolicy
-from keras_transformer.serving.servable import END, UNLOADING, Servable, incomplete
+from keras_transformer.server.errors import bad_request, not_found, unavailable
+from keras_transformer.server.models.model_config import Latest, Specific, VersionPolicy
+from keras_transformer.server.models.servable import END, UNLOADING, Servable, incomplete
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.serving.errors import not_found
-from keras_transformer.serving.lifecycle import ServedModel
-from keras_transformer.serving.model_config import (
+from keras_transformer.server.errors import not_found
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.model_config import (
     ModelConfig,
     ModelsToServe,
     read_model_config_file,
@@ -29,26 +29,35 @@ logger = logging.getLogger(__name__)
 
 
 class ModelManager:
-    """`ServedModel`s by name; `config_file` and `config_poll_seconds`: the config file that
-    `poll_config()` reads again, and how often `start_polling` has it done (None: never).
+    """`ServedModel`s by name; `config_file` and `model_config_file_poll_wait_seconds`: the
+    config file that `poll_config()` reads again, and how often `start_polling` has it done;
+    `file_system_poll_wait_seconds`: how often it has each base path looked at for new
+    versions (None: never, for both).
 
     Example (not run as a doctest: it loads SavedModels)::
 
-        models = ModelManager.from_config_file("models.config", config_poll_seconds=60)
-        server = ModelServer(models, rest_port=8501).start()
+        models = ModelManager.from_config_file("models.config", 60)
+        server = ModelServer(models, ServerSettings()).start()
     """
 
-    def __init__(self, models=(), config_file=None, config_poll_seconds=None):
+    def __init__(
+        self,
+        models=(),
+        config_file=None,
+        model_config_file_poll_wait_seconds=None,
+        file_system_poll_wait_seconds=None,
+    ):
         self._models: dict[str, ServedModel] = {model.name: model for model in models}
         self._configs: dict[str, ModelConfig] = {}
         self.config_file = None if config_file is None else Path(config_file)
         self._config_error = None  # why the file last failed, logged once
-        self.config_poll_seconds = config_poll_seconds
+        self.model_config_file_poll_wait_seconds = model_config_file_poll_wait_seconds
+        self.file_system_poll_wait_seconds = file_system_poll_wait_seconds
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._version_poll_seconds = None
+        self._polling = False
 
     @classmethod
     def from_configs(cls, configs: list[ModelConfig], **options) -> "ModelManager":
@@ -63,17 +72,31 @@ class ModelManager:
         return manager
 
     @classmethod
-    def from_config_file(cls, path, config_poll_seconds=None) -> "ModelManager":
-        configs = read_model_config_file(path)
-        return cls.from_configs(configs, config_file=path, config_poll_seconds=config_poll_seconds)
+    def from_config_file(
+        cls, path, model_config_file_poll_wait_seconds=None, file_system_poll_wait_seconds=None
+    ) -> "ModelManager":
+        return cls.from_configs(
+            read_model_config_file(path),
+            config_file=path,
+            model_config_file_poll_wait_seconds=model_config_file_poll_wait_seconds,
+            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
+        )
 
     @classmethod
     def to_serve(cls, models: ModelsToServe) -> "ModelManager":
-        """The models `serve`'s flags name: a config file's, or one by name and base path."""
+        """The models `serve`'s flags name: a config file's, or one by name and base path; a
+        poll interval of 0 is never."""
+        versions_poll = models.file_system_poll_wait_seconds or None
         if models.model_config_file is not None:
-            poll = models.model_config_file_poll_wait_seconds or None
-            return cls.from_config_file(models.model_config_file, config_poll_seconds=poll)
-        return cls.from_configs([ModelConfig(models.model_name, models.model_base_path)])
+            return cls.from_config_file(
+                models.model_config_file,
+                models.model_config_file_poll_wait_seconds or None,
+                versions_poll,
+            )
+        return cls.from_configs(
+            [ModelConfig(models.model_name, models.model_base_path)],
+            file_system_poll_wait_seconds=versions_poll,
+        )
 
     # -- routing -------------------------------------------------------------------------------
 
@@ -122,8 +145,8 @@ class ModelManager:
                 self._models.update(added)
                 self._configs = wanted
             for name, model in sorted(added.items()):
-                if self._version_poll_seconds:
-                    model.start_polling(self._version_poll_seconds)
+                if self._polling and self.file_system_poll_wait_seconds:
+                    model.start_polling(self.file_system_poll_wait_seconds)
                 logger.info("added model %s (%s)", name, _versions_note(model))
             for model in gone:
                 model.unload_all()
@@ -143,21 +166,22 @@ class ModelManager:
         if {config.name: config for config in configs} != self._configs:
             self.reload(configs)
 
-    def start_polling(self, version_poll_seconds=None):
-        """Polls each model's base path every `version_poll_seconds` (None: never), and the
-        config file every `config_poll_seconds`, in daemon threads until `stop_polling()`."""
-        self._version_poll_seconds = version_poll_seconds
-        if version_poll_seconds:
+    def start_polling(self):
+        """Polls each model's base path every `file_system_poll_wait_seconds`, and the config
+        file every `model_config_file_poll_wait_seconds`, in daemon threads until
+        `stop_polling()`."""
+        self._polling = True
+        if self.file_system_poll_wait_seconds:
             for model in self.all():
-                model.start_polling(version_poll_seconds)
-        if self.config_file is not None and self.config_poll_seconds:
+                model.start_polling(self.file_system_poll_wait_seconds)
+        if self.config_file is not None and self.model_config_file_poll_wait_seconds:
             thread = threading.Thread(target=self._poll_config_loop, name="config-poller")
             thread.daemon = True
             thread.start()
             self._threads.append(thread)
 
     def _poll_config_loop(self):
-        while not self._stop.wait(self.config_poll_seconds):
+        while not self._stop.wait(self.model_config_file_poll_wait_seconds):
             try:
                 self.poll_config()
             except Exception:  # a failed reload must not end the polling, nor the server

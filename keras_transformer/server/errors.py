@@ -1,15 +1,19 @@
-"""Why a request is not served, as one error that maps to both an HTTP status and a gRPC code.
+"""Why a request is not served, as one error that maps to both an HTTP status and a gRPC code,
+for every API of the server: TF Serving's REST and gRPC, and LibreTranslate's.
 
 The pairs are TensorFlow Serving's, except that a full queue answers 503 over REST (a client's
-retry policy treats it as "try again", as it does gRPC's RESOURCE_EXHAUSTED).
+retry policy treats it as "try again", as it does gRPC's RESOURCE_EXHAUSTED). LibreTranslate's
+refusals add 403 (an unknown API key) and 429 (over a rate limit).
 """
 
 from http import HTTPStatus
 
 import grpc
 
+from keras_transformer.errors import KerasTransformerError
 
-class ServingError(Exception):
+
+class ServingError(KerasTransformerError):
     """A request that cannot be served: `status` over REST, `code` over gRPC."""
 
     def __init__(self, status: HTTPStatus, code: grpc.StatusCode, message: str):
@@ -46,3 +50,11 @@ def too_large(message) -> ServingError:
     return ServingError(
         HTTPStatus.REQUEST_ENTITY_TOO_LARGE, grpc.StatusCode.INVALID_ARGUMENT, message
     )
+
+
+def forbidden(message) -> ServingError:
+    return ServingError(HTTPStatus.FORBIDDEN, grpc.StatusCode.PERMISSION_DENIED, message)
+
+
+def too_many_requests(message) -> ServingError:
+    return ServingError(HTTPStatus.TOO_MANY_REQUESTS, grpc.StatusCode.RESOURCE_EXHAUSTED, message)

@@ -1,8 +1,7 @@
 """The server's Prometheus metrics, served at TF Serving's path
 `/monitoring/prometheus/metrics` on the REST port: requests by API, model and status, their
 latency and batch sizes by model, the weight bytes of each model's versions, queue depth, and
-queued requests dropped (deadline passed or client gone), and REST connections evicted while
-waiting for their clients (to make room for new ones)."""
+queued requests dropped (deadline passed or client gone)."""
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -48,11 +47,6 @@ class ServingMetrics:
         self.dropped = Counter(
             "keras_transformer_serving_dropped_requests",
             "Queued requests dropped uncomputed: deadline passed or client gone",
-            registry=self.registry,
-        )
-        self.evicted = Counter(
-            "keras_transformer_serving_evicted_connections",
-            "REST connections closed while waiting for their clients, to make room for new ones",
             registry=self.registry,
         )
 

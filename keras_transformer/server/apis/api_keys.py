@@ -10,18 +10,20 @@ character limit; ours are a text file (`read_api_keys`), one key a line:
 
 A request with a key is counted against its key's limit, one without against its client's
 address (the server's `req_limit`), in a window of the last minute (LibreTranslate's
-"moving-window" strategy): `RateLimiter`.
+"moving-window" strategy of `limits`, the library behind Flask-Limiter): `RateLimits`.
 """
 
-import threading
-import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from limits import RateLimitItemPerMinute
+from limits.errors import ConfigurationError
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+
 from keras_transformer.errors import ConfigError
 
-WINDOW_S = 60.0
+NAMESPACE = "keras-transformer-libretranslate"  # the counts' keys in a shared storage
 
 
 @dataclass(frozen=True)
@@ -54,35 +56,24 @@ def read_api_keys(path: Path) -> dict[str, ApiKey]:
     return keys
 
 
-class RateLimiter:
-    """Requests a minute by key (an API key or a client's address), counted over the last
-    `WINDOW_S` seconds. Thread-safe."""
+class RateLimits:
+    """Requests a minute by key (an API key or a client's address), counted by `limits` with
+    LibreTranslate's moving window in `storage`: "memory://" (this process), or a Redis URL
+    ("redis://HOST:PORT") whose one count every replica using it shares. A storage that cannot
+    be reached is a ConfigError naming it, before the server answers anything."""
 
-    def __init__(self, clock=time.monotonic):
-        self._clock = clock
-        self._times: dict[str, deque] = {}
-        self._lock = threading.Lock()
+    def __init__(self, storage: str = "memory://"):
+        try:
+            self._storage = storage_from_string(storage)
+        except (ConfigurationError, ValueError) as error:
+            raise ConfigError(f"rate_limit_storage {storage!r} cannot be used: {error}") from None
+        if not self._storage.check():
+            raise ConfigError(f"rate_limit_storage {storage} cannot be reached")
+        self._limiter = MovingWindowRateLimiter(self._storage)
 
     def allow(self, key: str, limit: int) -> bool:
         """Whether one more request of `key` is within `limit` a minute (-1: no limit); an
         allowed request is counted."""
         if limit < 0:
             return True
-        now = self._clock()
-        with self._lock:
-            self._forget_before(now - WINDOW_S)
-            times = self._times.setdefault(key, deque())
-            if len(times) >= limit:
-                return False
-            times.append(now)
-            return True
-
-    def _forget_before(self, start):
-        """Drops the requests older than the window, and the keys left with none, so that the
-        clients of long ago take no memory."""
-        for key in list(self._times):
-            times = self._times[key]
-            while times and times[0] < start:
-                times.popleft()
-            if not times:
-                del self._times[key]
+        return limit > 0 and self._limiter.hit(RateLimitItemPerMinute(limit), NAMESPACE, key)

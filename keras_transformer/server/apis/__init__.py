@@ -1,0 +1,1 @@
+"""The APIs of the server: TensorFlow Serving's REST and gRPC, and LibreTranslate's."""

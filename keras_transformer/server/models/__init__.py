@@ -1,0 +1,1 @@
+"""The models a server serves: their config, versions, batching queue, limits and metrics."""
