@@ -339,7 +339,7 @@ def _build_presets() -> dict[str, TransformerConfig]:
         # (4+4 layers of width 128, 8k shared BPE, ~4k tokens a batch), and its schedule:
         # warmup 2000 to a peak of 5e-3 (scale 2.53 on Eq. 3). Dropout 0.2, not its 0.3: 0.3
         # scored lower in the recipe's time budget. A shorter warmup is worse even for short
-        # runs (docs/PERFORMANCE.md).
+        # runs (docs/DEFAULTS.md).
         "multi30k": base.replace(
             vocab_size=8000,
             num_layers=4,
@@ -367,7 +367,7 @@ def _build_presets() -> dict[str, TransformerConfig]:
         # (pipelines/ptb.py): the paper's 4 layers, at width 128 instead of its 1024. On a
         # corpus 12x smaller than the paper's WSJ, epochs matter more than width: width 128
         # (~2.3M parameters, a third of width 256's compute per token) trains several times
-        # the epochs in the same time (docs/PERFORMANCE.md).
+        # the epochs in the same time (docs/DEFAULTS.md).
         # Residual dropout 0.1, the paper's base value: at 0.3 a run's training loss stayed at
         # its validation loss (underfitting). A 4k word vocabulary (pipelines/datasets.py: the
         # commonest words of the ~11k types, the rest UNK, and every bracket label one token)

@@ -23,7 +23,7 @@ Used through the functions below:
   only says so in a start-up log line (`runtime.use_onednn`, the runtime tests).
 - `frozen_function`: a concrete function with its variables folded into constants
   (`convert_variables_to_constants_v2`), for the TFLite export of the search
-  (`serving.tflite`); TensorFlow has no public freezing step.
+  (`export.tflite`); TensorFlow has no public freezing step.
 
 Overridden in subclasses, since a subclass is the only way to change them:
 

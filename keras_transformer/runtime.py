@@ -28,9 +28,8 @@ import.
   file descriptor 2, past `TF_CPP_MIN_LOG_LEVEL`.
 
 `configure` applies all of them but the backend, which the CLI selects first, and oneDNN under
-XLA. A value the user
-already set in the environment is kept; the measurements behind the defaults are in
-docs/PERFORMANCE.md.
+XLA. A value the user already set in the environment is kept; the measurements behind the
+defaults are in docs/DEFAULTS.md.
 """
 
 import atexit

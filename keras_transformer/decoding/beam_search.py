@@ -33,7 +33,7 @@ every loop tensor and cache tensor, `FIXED` ones included, are dropped, so the s
 compute only the sentences still open; the search is then one loop, whose cache grows by a
 block at each block's first step. Without it a batch runs every sentence until its last one is
 done, which on real batches is two to three times the hypothesis-steps needed
-(docs/PERFORMANCE.md). The results are the same either way.
+(docs/DEFAULTS.md). The results are the same either way.
 
 A token's log-probability is the log-softmax of its logit over the whole vocabulary; the tokens
 a step may not generate (`banned_ids`, EOS before `min_length`) are masked after it, as

@@ -78,7 +78,7 @@ def greedy_search(
     Each step reads the logits vocabulary-major, `[vocab, batch]`. XLA then computes the tied
     output projection that produces them as E·hᵀ instead of h·Eᵀ: on a CPU, the matrix kernels
     run a product of a vocabulary's many rows by a slice's few sentence columns faster than the
-    other way round (docs/PERFORMANCE.md). XLA folds the transpose into the product only when it
+    other way round (docs/DEFAULTS.md). XLA folds the transpose into the product only when it
     comes straight after it, which is why `banned_ids` and `min_length` apply here, after the
     transpose: a mask in between keeps the product batch-major and copies its output.
     """
@@ -427,7 +427,7 @@ def decode_side_by_side(search, source_ids, *args, slices=None):
 
     Why: a decoding step multiplies matrices of only `batch` rows, which the matrix-product
     kernels split badly across threads; slices decoded side by side, one per core, finish
-    sooner than one batch, greedy or beam (docs/PERFORMANCE.md).
+    sooner than one batch, greedy or beam (docs/DEFAULTS.md).
 
     `slices`: see `side_by_side_slices`; the first `batch % slices` slices get one row more
     than the others.

@@ -6,7 +6,7 @@ The paper drops out the output of every sub-layer and the sums of embeddings and
 `Dropout` draws them with TensorFlow's Philox, which XLA on CPU expands into slow 64-bit
 arithmetic; TensorFlow's ThreeFry is cheaper, but XLA still compiles its 20 rounds apart from
 the dropout and recomputes them for the gradients, a large share of a step's time outside the
-matrix products (docs/PERFORMANCE.md).
+matrix products (docs/DEFAULTS.md).
 
 So where XLA compiles the step, the masks come from a counter-based hash instead: element i
 of a call's mask is dropped when `fmix(fmix(i ^ k1) ^ k2) < rate · 2³²`, with `fmix` the 32-bit

@@ -9,7 +9,7 @@ The bias is added in that output layout, after the relayout rather than before i
 gradient is summed straight from the attention's matrix products. XLA on CPU hands such a
 reduction to YNNPACK; summed from a relaid-out tensor, as `keras.layers.EinsumDense` with
 `"btm,mhd->bthd"` and a transpose after it does, the reduction is left unfused and rewritten
-into reduce-windows (docs/PERFORMANCE.md).
+into reduce-windows (docs/DEFAULTS.md).
 
 The variables are those of `keras.layers.EinsumDense("btm,mhd->bthd", bias_axes="hd")`, kernel
 `[d_model, heads, depth]` then bias `[heads, depth]`, so checkpoints of either load into the
@@ -18,7 +18,7 @@ Glorot-uniform over the 3-D kernel counts d_model as a receptive field, fan-in h
 fan-out depth·d_model, where EinsumDense takes the matrix's d_model and h·depth. These kernels
 start (h + depth)·d_model / (d_model + h·depth) times narrower in variance: 18 for `multi30k`,
 36 for `base`. That came in by accident with this layer and is kept because it trains as well
-or better (docs/PERFORMANCE.md); `initializer_fan="matrix"`
+or better (docs/DEFAULTS.md); `initializer_fan="matrix"`
 (`TransformerConfig.qkv_initializer_fan`) gives EinsumDense's scale instead.
 tests/layers/test_attention.py holds both.
 """

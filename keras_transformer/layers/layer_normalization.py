@@ -6,7 +6,7 @@ The same layer and weights as `keras.layers.LayerNormalization` over the last ax
 that XLA on CPU fuses its reductions. XLA's CPU compiler rewrites every floating-point reduction
 over an axis longer than 32 into an unfused reduce-window of 32 and a second reduce (for
 accuracy), which makes the statistics and their gradients a noticeable part of a training
-step (docs/PERFORMANCE.md). Reducing over `[d_model / 32, 32]` instead, two axes of at most 32,
+step (docs/DEFAULTS.md). Reducing over `[d_model / 32, 32]` instead, two axes of at most 32,
 gives the same μ and σ² and keeps each reduction fused with what produces it.
 
 Example:

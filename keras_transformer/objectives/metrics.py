@@ -41,7 +41,7 @@ class MaskedAccuracy(_TokenMetric):
 
     Counted as "the reference's logit is the largest": two reductions that XLA shares with the
     loss, where an argmax is a variadic reduction of its own, costly on a CPU under XLA
-    (docs/PERFORMANCE.md). Only an exact tie for the largest logit counts differently: as right,
+    (docs/DEFAULTS.md). Only an exact tie for the largest logit counts differently: as right,
     where argmax takes the first index.
     """
 

@@ -375,7 +375,7 @@ def bfloat16_cpu_warning(run: TrainingRun, on_gpu: bool, bfloat16_units: bool) -
 
     Without bfloat16 units TensorFlow emulates it, several times slower than float32; with them,
     oneDNN uses them but XLA's CPU backend does not (`benchmarks/throughput.py --precision
-    mixed_bfloat16`; docs/PERFORMANCE.md).
+    mixed_bfloat16`; docs/DEFAULTS.md).
     """
     if run.precision != "mixed_bfloat16" or on_gpu:
         return None
