@@ -260,7 +260,7 @@ def _check_exportable(translator, output: Path, quantization):
         )
     if translator.constraint is not None:
         raise CTranslate2ExportError(
-            "CTranslate2 cannot constrain its outputs to well-formed trees (--well-formed)"
+            "CTranslate2 cannot constrain its outputs to well-formed trees (well_formed_trees)"
         )
     if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
         raise CTranslate2ExportError(

@@ -94,7 +94,7 @@ def test_a_full_queue_refuses_at_once_with_resource_exhausted():
     with pytest.raises(ServingError) as refusal:
         batches.submit(task(run, [3]))
     assert refusal.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert refusal.value.status == 503 and "--max-enqueued-batches 2" in str(refusal.value)
+    assert refusal.value.status == 503 and "max_enqueued_batches 2" in str(refusal.value)
     gate.set()
     assert [f.result(timeout=30)["y"].tolist() for f in [running, *queued]] == [[0], [2], [4]]
     batches.close()

@@ -306,7 +306,7 @@ def test_grpc_refuses_oversized_shapes_before_building_them(server):
     scalar = {name: tf.make_tensor_proto(v) for name, v in [("beam_size", 2), ("extra_length", 3)]}
     inputs = {"source_ids": declared([1, 10**9], tf.int32), "alpha": tf.make_tensor_proto(0.6)}
     code, details = grpc_error(server, grpc_request({**inputs, **scalar}, "translate_ids"))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "--max-source-length" in details
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "(max_source_length)" in details
     inputs["source_ids"] = tf.make_tensor_proto([[5, -3, 2]], tf.int32)
     code, details = grpc_error(server, grpc_request({**inputs, **scalar}, "translate_ids"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "holds -3" in details

@@ -149,7 +149,7 @@ class BatchScheduler:
         if self.parameters.enable_batching and task.rows > limit:
             raise bad_request(
                 f"the request has {task.rows} sentences, over the largest batch of {limit} "
-                "(--max-batch-size)"
+                "(max_batch_size)"
             )
         with self._changed:
             if not self._open:
@@ -157,7 +157,7 @@ class BatchScheduler:
             if self._queued_batches(task.rows) > self.parameters.max_enqueued_batches:
                 raise queue_full(
                     f"the queue is full ({len(self._queue)} requests waiting; "
-                    f"--max-enqueued-batches {self.parameters.max_enqueued_batches})"
+                    f"max_enqueued_batches {self.parameters.max_enqueued_batches})"
                 )
             self._queue.append(task)
             self._rows += task.rows

@@ -61,12 +61,12 @@ class Limits:
         if shape and shape[0] > self.max_sentences_per_request:
             raise bad_request(
                 f"input {name!r} holds {shape[0]} sentences, over the limit of "
-                f"{self.max_sentences_per_request} (--max-sentences-per-request)"
+                f"{self.max_sentences_per_request} (max_sentences_per_request)"
             )
         if len(shape) > 1 and shape[1] > self.max_source_length:
             raise bad_request(
                 f"input {name!r} has rows of {shape[1]} ids, over the limit of "
-                f"{self.max_source_length} (--max-source-length)"
+                f"{self.max_source_length} (max_source_length)"
             )
         if not spec.shape.is_compatible_with(shape):
             raise bad_request(
@@ -90,7 +90,7 @@ class Limits:
                 if size > self.max_source_length:
                     raise bad_request(
                         f"input {name!r} sentence {index} has {size} bytes, over the limit of "
-                        f"{self.max_source_length} (--max-source-length)"
+                        f"{self.max_source_length} (max_source_length)"
                     )
         elif spec.dtype.is_integer and array.size and array.dtype.kind in "iuO":
             low = 0 if name.endswith("_ids") else spec.dtype.min
