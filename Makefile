@@ -9,7 +9,7 @@ PYTHON := $(VENV)/bin/python
 DATA_DIR ?= ../shared/data/multi30k
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test test-fast test-onednn-off check-imports lint train-multi30k train-multi30k-long train-multi30k-ensemble \
+.PHONY: install demo test test-fast test-long test-onednn-off check-imports lint train-multi30k train-multi30k-long train-multi30k-ensemble \
 	table3-multi30k
 
 install: $(VENV)/.installed
@@ -242,24 +242,24 @@ check-imports: install
 # One test process a core (at most 4), each given whole files so that a module's fixtures (an
 # export, a trained run) are built once; the files with slow tests first (tests/conftest.py).
 PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
+# The suite, less the tests marked long: end-to-end runs whose behaviour cheaper tests named in
+# their mark prove (tests/test_test_selection.py checks that those exist and run here).
 test: check-imports
-	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL)
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not long"
 
-# The suite without the tests marked slow (subprocess training, multi-worker, XLA, TFLite).
+# The tests marked long (.ci/run runs them after `make test`).
+test-long: install
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m long
+
+# `make test` without the tests marked slow (subprocess training, multi-worker, XLA, TFLite).
 test-fast: check-imports
-	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+	$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not long"
 
-# The tests that hold whatever TensorFlow's kernels are, run with its oneDNN kernels off, as
-# TensorFlow leaves them on CPUs without AVX-512 VNNI, BF16 or AMX (`make test` runs with them on,
-# as the CLI does: keras_transformer/runtime.py): the process settings, and the exactness tests,
-# cached = uncached, 8 replicas = 1, SavedModel = Keras (.ci/run runs both).
-ONEDNN_OFF_TESTS := tests/test_runtime.py tests/test_keras_internals.py \
-	tests/model/test_transformer.py tests/decoding/test_decoding.py \
-	tests/training/test_distribution.py \
-	tests/serving/test_export.py::test_fresh_process_translates_real_sentences_as_keras_does \
-	tests/serving/test_export.py::test_ids_signature_equals_keras_search
+# `make test` with TensorFlow's oneDNN kernels off, as TensorFlow leaves them on CPUs without
+# AVX-512 VNNI, BF16 or AMX (`make test` runs with them on, as the CLI does:
+# keras_transformer/runtime.py); .ci/run runs both.
 test-onednn-off: install
-	TF_ENABLE_ONEDNN_OPTS=0 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(ONEDNN_OFF_TESTS)
+	TF_ENABLE_ONEDNN_OPTS=0 $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not long"
 
 lint: install
 	$(VENV)/bin/ruff check keras_transformer pipelines durable_files tests benchmarks examples

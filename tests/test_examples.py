@@ -11,7 +11,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from repo_paths import MULTI30K_DIR, REPO_ROOT
+from repo_paths import REPO_ROOT
 
 
 def run_example(script, *arguments) -> subprocess.CompletedProcess:
@@ -27,14 +27,12 @@ def run_example(script, *arguments) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_train_with_fit_trains_exports_and_translates(tmp_path):
-    if not MULTI30K_DIR.is_dir():
-        pytest.fail(f"Multi30k data not found at {MULTI30K_DIR}; set KT_DATA_DIR")
+def test_train_with_fit_trains_exports_and_translates(tmp_path, multi30k_slice):
     export = tmp_path / "export"
     done = run_example(
         "train_with_fit.py",
         *("--preset", "tiny", "--steps", "3", "--epochs", "1"),
-        *("--data-dir", str(MULTI30K_DIR), "--output", str(export)),
+        *("--data-dir", str(multi30k_slice), "--output", str(export)),
     )
     assert (export / "1" / "saved_model.pb").is_file()
     assert f"exported {export / '1'}" in done.stdout
@@ -48,6 +46,11 @@ def test_train_with_fit_trains_exports_and_translates(tmp_path):
     assert isinstance(translations.numpy()[0].decode("utf-8"), str)
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/training/test_fine_tuning.py::test_fine_tuning_lowers_the_in_domain_loss_of_held_out_pairs",
+    ]
+)
 @pytest.mark.slow
 def test_finetune_opus_mt_fine_tunes_an_imported_run_into_one_that_translates(
     tmp_path, imported_run, dog_captions

@@ -114,6 +114,12 @@ def test_an_ensemble_member_with_another_vocabulary_is_refused_by_name(
         load_run(run_dir, ensemble=[tmp_path / "missing"])
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/decoding/test_ensemble.py::test_translate_command_ensembles_runs",
+        "tests/serving/test_export.py::test_ids_signature_equals_keras_search",
+    ]
+)
 @pytest.mark.slow
 def test_an_exported_ensemble_translates_as_the_translator_does(run_dir, other_run, tmp_path):
     search = SearchSettings(extra_length=EXTRA)

@@ -157,6 +157,12 @@ def test_train_and_evaluate_a_parser_through_the_cli(ptb_slice, tmp_path, monkey
     np.testing.assert_allclose(default["scores"], explicit["scores"], rtol=1e-6)
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/parsing/test_parsing.py::test_train_and_evaluate_a_parser_through_the_cli",
+        "tests/training/test_prepared_training.py::test_a_run_trains_on_the_shards_and_translates_evaluates_and_resumes",
+    ]
+)
 def test_a_parser_trains_on_prepared_shards_and_evaluates_as_one(
     ptb_slice, tmp_path, monkeypatch, capsys
 ):
@@ -188,6 +194,13 @@ def test_a_parser_trains_on_prepared_shards_and_evaluates_as_one(
     assert scores["sentences"] == 3 and scores["extra_length"] == 300  # §6.3's search
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/decoding/test_tree_constraint.py::test_an_untrained_model_searches_only_trees_of_its_words",
+        "tests/decoding/test_tree_constraint.py::test_constrained_cached_decoding_equals_uncached_and_compacted",
+        "tests/parsing/test_parsing.py::test_train_and_evaluate_a_parser_through_the_cli",
+    ]
+)
 def test_a_lexicalized_parser_searches_only_well_formed_trees(
     ptb_slice, tmp_path, monkeypatch, capsys
 ):

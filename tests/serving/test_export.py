@@ -136,6 +136,15 @@ def exported_jit(run_dir, tmp_path_factory):
     return base
 
 
+# The signatures under XLA: the plain export's cases, which the jit export's real sentences
+# translated as Keras does (each signature a search of its own) cover under XLA.
+JIT_LONG = pytest.mark.long(
+    covered_by=[
+        "tests/serving/test_export.py::test_jit_export_translates_real_sentences_as_keras_does"
+    ]
+)
+
+
 def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, translator, multi30k_dir):
     sentences = read_lines(multi30k_dir / "test_2016_flickr.en.gz")[:12]
     serve = tf.saved_model.load(str(exported_jit / "1")).signatures["serving_default"]
@@ -249,7 +258,7 @@ def test_only_the_jit_export_saves_an_xla_compiled_search(exported, exported_jit
     assert xla_compiled_functions(exported_jit / "1")
 
 
-@pytest.mark.parametrize("export", ["exported", "exported_jit"])
+@pytest.mark.parametrize("export", ["exported", pytest.param("exported_jit", marks=JIT_LONG)])
 @pytest.mark.parametrize("beam_size", [2, 1])
 def test_ids_signature_equals_keras_search(export, request, translator, beam_size):
     """Also with XLA, whose search pads the source width to a bucket and the 5 rows to 6: the same
@@ -397,7 +406,7 @@ def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path)
     assert sorted(p.name for p in base.iterdir()) == ["1", "2"]  # nothing else left
 
 
-@pytest.mark.parametrize("export", ["exported", "exported_jit"])
+@pytest.mark.parametrize("export", ["exported", pytest.param("exported_jit", marks=JIT_LONG)])
 @pytest.mark.parametrize("beam_size", [2, 1])
 def test_options_signature_returns_the_translators_n_best_and_scores(
     export, request, translator, multi30k_dir, beam_size
@@ -457,7 +466,7 @@ def test_requests_within_the_set_trace_nothing_new(translator):
     assert module._n_best.experimental_get_tracing_count() == len(module.beam_sizes)
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=JIT_LONG)])
 def test_signatures_search_with_the_exports_min_length(translator, jit_compile):
     """The same inputs as before (clients of earlier exports keep working), the export's minimum
     length: at the longest output, every translation is that long."""

@@ -7,7 +7,13 @@ import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.objectives.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.distribution import create_strategy
+from keras_transformer.training import trainer
+from keras_transformer.training.distribution import (
+    PEER_FAILURES,
+    WorkerLostError,
+    create_strategy,
+)
+from keras_transformer.training.training_run import TrainingRun
 
 REPLICAS = 8
 PER_REPLICA = 2
@@ -69,3 +75,41 @@ def test_eight_replicas_give_the_one_device_loss_and_update():
     # The step moved the weights from where both runs started, so the runs' agreement is not
     # that of two runs that both left their weights alone.
     assert max(np.abs(w - i).max() for w, i in zip(weights_1, initial_1, strict=True)) > 1e-3
+
+
+# TensorFlow's message on the workers left when one stopped sending heartbeats (kill -9).
+HEARTBEATS_MISSED = (
+    "{{function_node __inference_one_step_on_data_1234}} Collective ops is aborted by: Error "
+    "reported from /job:worker/task:1: The following tasks are unhealthy (stopped sending "
+    "heartbeats):\n/job:worker/replica:0/task:1\nThe tasks have crashed."
+)
+
+
+@pytest.mark.parametrize("failure", PEER_FAILURES)
+def test_a_lost_worker_is_one_error_that_says_to_rerun_every_worker(failure, tmp_path, monkeypatch):
+    """What `train` raises when a collective aborts because a peer is gone: under TF_CONFIG, a
+    `WorkerLostError` of one line naming TensorFlow's cause and how to resume; a single worker
+    re-raises TensorFlow's error, which no peer explains."""
+    error = failure(None, None, HEARTBEATS_MISSED)
+
+    def aborted(*_):
+        raise error
+
+    monkeypatch.setattr(trainer, "_train_as_this_worker", aborted)
+    config, run = TransformerConfig.preset("tiny"), TrainingRun(output=tmp_path)
+    monkeypatch.setattr(trainer, "is_multi_worker", lambda: True)
+    with pytest.raises(WorkerLostError) as lost:
+        trainer.train(config, run)
+    message = str(lost.value)
+    assert "\n" not in message and lost.value.__cause__ is error
+    assert message.startswith(
+        "a worker of the cluster stopped or cannot be reached "
+        f"({failure.__name__}: Error reported from /job:worker/task:1: The following tasks are "
+        "unhealthy (stopped sending heartbeats))"
+    )
+    assert message.endswith("rerun the same command on every worker to resume from it")
+
+    monkeypatch.setattr(trainer, "is_multi_worker", lambda: False)
+    with pytest.raises(failure) as alone:
+        trainer.train(config, run)
+    assert alone.value is error

@@ -342,6 +342,12 @@ def copy_of(run, tmp_path):
     return shutil.copytree(run, tmp_path / "run")
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/training/test_faults.py::test_a_nan_loss_stops_training_at_its_step_and_saves_nothing_non_finite",
+        "tests/training/test_faults.py::test_an_infinite_gradient_norm_is_named",
+    ]
+)
 @pytest.mark.slow
 def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
     multi30k_slice, trained_4_steps, tmp_path
@@ -377,6 +383,11 @@ def test_a_run_that_diverges_stops_in_one_line_and_resumes_with_a_lower_rate(
     assert "run.json was trained on other data" in message and "train.de.gz" in message
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/training/test_faults.py::test_a_weights_write_that_fails_is_a_clear_error_and_keeps_the_old_file",
+    ]
+)
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_save_is_one_line_and_the_rerun_goes_on(
     multi30k_slice, trained_4_steps, tmp_path

@@ -64,7 +64,19 @@ def train(batches, accumulate, jit_compile, token_weighted=True):
     return model
 
 
-@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+# Under XLA: the same updates (the False case) through XLA, which the precision tests compare
+# with the plain path's losses.
+UNDER_XLA = [
+    pytest.mark.slow,
+    pytest.mark.long(
+        covered_by=[
+            "tests/training/test_precision_and_xla.py::test_xla_gives_the_same_losses_as_the_plain_path"
+        ]
+    ),
+]
+
+
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=UNDER_XLA)])
 def test_two_half_batches_accumulated_make_the_whole_batch_update(jit_compile):
     (source, target_in), target_out = batch_of_four()
     whole = train(tuple(a[None] for a in (source, target_in, target_out)), 1, jit_compile)
@@ -76,7 +88,7 @@ def test_two_half_batches_accumulated_make_the_whole_batch_update(jit_compile):
         np.testing.assert_allclose(w2, w1, atol=1e-5)
 
 
-@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=UNDER_XLA)])
 def test_micro_batches_of_unequal_token_counts_make_the_whole_batch_update(jit_compile):
     # 3 real target tokens in the first micro-batch, 11 in the second.
     (source, target_in), target_out = batch_of_four(lengths=(1, 2, 6, 5))

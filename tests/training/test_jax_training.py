@@ -63,6 +63,12 @@ def test_jax_trains_a_run_into_the_same_files(jax_run):
     assert json.loads((jax_run / "run.json").read_text())["jit_compile"] is True
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/model/test_backends.py::test_weights_trained_on_jax_give_the_same_logits_on_tensorflow",
+        "tests/training/test_jax_training.py::test_jax_trains_a_run_into_the_same_files",
+    ]
+)
 def test_a_jax_run_exports_a_saved_model_that_translates_as_tensorflow_does(
     jax_run, tmp_path, multi30k_slice
 ):

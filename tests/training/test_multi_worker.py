@@ -177,6 +177,13 @@ def train_steps_logged(output) -> list[int]:
     return [r["step"] for r in read_metrics(output / "metrics.jsonl") if r["kind"] == "train"]
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/training/test_distribution.py::test_a_lost_worker_is_one_error_that_says_to_rerun_every_worker",
+        "tests/training/test_training_cli.py::test_kill_9_then_rerun_resumes_from_the_last_backup",
+        "tests/training/test_multi_worker.py::test_train_command_on_two_workers_with_one_run_directory",
+    ]
+)
 def test_kill_9_of_a_worker_ends_the_other_and_the_rerun_resumes(multi30k_slice, tmp_path):
     """kill -9 of worker 1 mid-run ends the chief with one line instead of a hang, every
     weights file left is readable and finite, and rerunning the cluster command resumes both

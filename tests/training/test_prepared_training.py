@@ -91,6 +91,12 @@ def test_a_prepared_corpus_is_named_once(tmp_path, prepared, capsys):
         cli.main([*TRAIN, *data, "--dataset", "multi30k"])
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/pipelines/test_tokenizer.py::test_wordpiece_vocabulary_and_round_trip",
+        "tests/training/test_prepared_training.py::test_a_run_trains_on_the_shards_and_translates_evaluates_and_resumes",
+    ]
+)
 def test_a_wordpiece_run_translates_and_exports_as_its_keras_translator(tmp_path, invented, capsys):
     """A run on shards of a WordPiece vocabulary holds it (`subwords.vocab.txt`); `translate`
     and the SavedModel, which tokenizes in the graph, decode as the Keras translator does."""

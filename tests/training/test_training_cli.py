@@ -207,6 +207,12 @@ def test_corrupt_backup_and_changed_config_are_clear_errors(multi30k_slice, tmp_
     assert str(output / "backup") in corrupt
 
 
+@pytest.mark.long(
+    covered_by=[
+        "tests/training/test_gradient_accumulation.py::test_two_half_batches_accumulated_make_the_whole_batch_update",
+        "tests/training/test_gradient_accumulation.py::test_schedule_counts_updates_not_micro_batches",
+    ]
+)
 def test_accumulated_updates_are_the_counted_steps(multi30k_slice, tmp_path):
     output = tmp_path / "run"
     result = run(
