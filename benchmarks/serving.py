@@ -765,6 +765,8 @@ def compare_part(args, sentences):
             "machine": machine(),
             "model": served_model(args.model_base_path),
             "commits": {side.side: side.commit for side in sides},
+            # Both servers inherit it; TensorFlow's kernels decide a small model's speed.
+            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "clients": args.clients,
             "requests": args.requests,
         }
