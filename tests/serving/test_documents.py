@@ -13,6 +13,7 @@ import zipfile
 
 import docx
 import httpx
+import numpy as np
 import pptx
 import pysrt
 import pytest
@@ -23,14 +24,17 @@ from odf.opendocument import OpenDocumentText, load
 from odf.text import H, P, Span
 from pptx.util import Inches
 
+from keras_transformer.server.apis.alignment import alignment_layer, word_links
 from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.server.documents.html_text import MARKUP
+from keras_transformer.server.documents.runs import spread
 from keras_transformer.server.documents.settings import DocumentSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.limits import Limits
 from keras_transformer.server.models.model_manager import ModelManager
 from keras_transformer.server.server import ModelServer
 from keras_transformer.server.settings import Network, ServerSettings
+from serving_clients import predict_outputs
 
 pytestmark = pytest.mark.slow  # exports and serves a model
 
@@ -276,11 +280,19 @@ def test_html_keeps_its_markup_and_srt_its_cues_and_timings(server, translate):
 
 
 def test_a_sentence_across_inline_tags_is_translated_whole(server, translate):
-    """The issue's example: one sentence, with <b> around the words aligned to "dog"."""
+    """The issue's example: one sentence, with <b> around the words aligned to "dog" by the
+    model's attention, read here through TF Serving's API."""
+    translation = translate("A dog runs.")
+    inputs = {"text": ["A dog runs."], "translation": [translation]}
+    outputs = predict_outputs(server, "m30k-ende", "attention", inputs)
+    cross = np.array(outputs["encoder_decoder_attention"][0])
+    attention = cross[alignment_layer(len(cross))].mean(axis=0)
+    pieces = outputs["source_pieces"][0], outputs["target_pieces"][0]
+    links = word_links(*pieces, attention, "A dog runs.", translation)
+    placed = spread(["A ", "dog", " runs."], translation, links)
+    before, bold, after = (html.escape(text, quote=False) for text in placed)
     translated = translate_json(server, "<p>A <b>dog</b> runs.</p>", "html")
-    match = re.fullmatch(r"<p>(.*)<b>(.*)</b>(.*)</p>", translated)
-    assert match, translated
-    assert html.unescape("".join(match.groups())) == translate("A dog runs.")
+    assert translated == f"<p>{before}<b>{bold}</b>{after}</p>"
 
 
 def zipped(members: dict, compression=zipfile.ZIP_DEFLATED) -> bytes:
@@ -347,6 +359,12 @@ HOSTILE = {  # name, content, status, words of the reason
         400,
         "entities",
     ),
+    "broken document": (
+        "broken.docx",
+        lambda: zipped({"[Content_Types].xml": "<Types/>", "word/document.xml": "<w/>"}),
+        400,
+        "cannot be read",
+    ),
     "macro-enabled name": ("macro.docm", docx_bytes, 415, "macros"),
     "macros inside": (
         "macro.docx",
@@ -401,6 +419,8 @@ def test_translate_file_takes_the_same_keys_and_rate_limits(server):
     assert post_file(server, "a.txt", b"Hi.", target="zz").json() == {
         "error": "zz is not supported"
     }
+    detected = post_file(server, "a.txt", b"A dog runs in the park.", source="auto")
+    assert detected.status_code == 200, detected.text
 
 
 def test_frontend_settings_suggest_and_health_as_libretranslate_answers_them(server):

@@ -468,15 +468,15 @@ class LibreTranslate:
                 f"Invalid request: the file has {len(data)} bytes, over the server's limit of "
                 f"{self.documents.max_file_bytes} (max_file_bytes)"
             )
-        module = formats.BY_EXTENSION[suffix]
-        read = module.read(data, self.documents)
+        read = formats.read(suffix, data, self.documents)
         sample = ["".join(runs) for runs in read.paragraphs[:DETECTION_PARAGRAPHS]]
         route, _ = self._route(params["source"], params["target"], sample)
         translated = document.translate(
             read, ModelSentences(self, route, chunked=True), self.documents.max_file_sentences
         )
+        media_type = formats.BY_EXTENSION[suffix].MEDIA_TYPE
         name = self.downloads.store(
-            translated, download_name(filename, params["target"]), module.MEDIA_TYPE
+            translated, download_name(filename, params["target"]), media_type
         )
         return {"translatedFileUrl": f"{base_url}download_file/{name}"}
 
