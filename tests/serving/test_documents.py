@@ -410,17 +410,41 @@ def test_translate_file_takes_the_same_keys_and_rate_limits(server):
     assert post_file(server, "a.txt", b"Hi.", api_key="slow-key").status_code == 200
     limited = post_file(server, "a.txt", b"Hi.", api_key="slow-key")
     assert limited.status_code == 429 and "Slowdown" in limited.json()["error"]
-    missing = httpx.post(
-        url(server, "/translate_file"),
-        data={"source": "en", "target": "de"},
-        files={"x": ("a", b"")},
+
+
+def test_libretranslate_api_test_shapes(server):
+    """libretranslate/tests/test_api/test_api_translate_file.py and test_api_health.py: the same
+    requests, with our languages for theirs; an unknown format is 415 here (400 there)."""
+
+    def post(form, files=None):
+        return httpx.post(url(server, "/translate_file"), data=form, files=files, timeout=120)
+
+    hello = {"file": ("test.txt", b"Hello world, this is a test.")}
+    reply = post({"source": "en", "target": "de"}, hello)
+    assert reply.status_code == 200 and "translatedFileUrl" in reply.json()
+    file_url = reply.json()["translatedFileUrl"]
+    download = httpx.get(url(server, file_url[file_url.index("/download_file") :]))
+    assert download.status_code == 200 and download.content
+    assert download.content != b"Hello world, this is a test."
+    assert post({"source": "en", "target": "de"}, {"x": ("a", b"")}).status_code == 400
+    for form, error in (
+        ({"target": "de"}, "Invalid request: missing source parameter"),
+        ({"source": "en"}, "Invalid request: missing target parameter"),
+        ({"source": "en", "target": "zz"}, "zz is not supported"),
+        ({"source": "zz", "target": "de"}, "zz is not supported"),
+    ):
+        reply = post(form, hello)
+        assert (reply.status_code, reply.json()) == (400, {"error": error})
+    program = post({"source": "en", "target": "de"}, {"file": ("program.exe", b"MZ\x90\x00")})
+    assert program.status_code == 415
+    assert program.json()["error"].startswith("Invalid request: file format not supported")
+    auto = post(
+        {"source": "auto", "target": "de"},
+        {"file": ("t.txt", b"Hello world, this is an English sentence.")},
     )
-    assert missing.status_code == 400 and "missing file" in missing.json()["error"]
-    assert post_file(server, "a.txt", b"Hi.", target="zz").json() == {
-        "error": "zz is not supported"
-    }
-    detected = post_file(server, "a.txt", b"A dog runs in the park.", source="auto")
-    assert detected.status_code == 200, detected.text
+    assert auto.status_code == 200, auto.text
+    assert httpx.get(url(server, "/download_file/..")).status_code == 404
+    assert httpx.post(url(server, "/health")).status_code == 405
 
 
 def test_frontend_settings_suggest_and_health_as_libretranslate_answers_them(server):
