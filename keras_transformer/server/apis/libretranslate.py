@@ -16,6 +16,12 @@ cross-origin request, errors included).
   multilingual model (each sentence is then led by the target's token, `>>fra<<`). It also
   takes the body that `libretranslatepy` sends with it.
 - `POST /detect`: `q` → `[{confidence, language}]`, over the languages the models translate from.
+- `POST /translate_file`: multipart `file`, `source`, `target`, `api_key` →
+  `{"translatedFileUrl"}`, where `GET /download_file/{name}` gives the translated document
+  until it expires (`documents`: its formats, checks and downloads; docs/DOCUMENTS.md).
+- `GET /frontend/settings`: the settings LibreTranslate's page reads, from this server's;
+  `POST /suggest`: refused (403) after the access check, as LibreTranslate refuses it with
+  suggestions off; `GET /health`: `{"status": "ok"}`.
 - `OPTIONS` on each: the CORS preflight;
 - `GET /spec`: the API's OpenAPI contract (`openapi`), where LibreTranslate publishes its own.
 
@@ -23,16 +29,18 @@ Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-
 python-multipart) with the query string's parameters, read within the server's body limits.
 Errors are `{"error": ...}` (`errors.ServingError`): 400 for bad or missing input, 403 for an
 unknown API key, 429 over a rate limit (`api_keys`, counted by `limits` in memory or in Redis),
-405 for another method. The access check and the translation run in the server's worker
-threads, off the event loop.
+405 for another method, 413 and 415 for a document too large or of another format. The access
+check and the translation run in the server's worker threads, off the event loop.
 
-Each text is split into sentences (`sentences`; HTML into the sentences of its text nodes,
-`html_text`), and all the sentences of a request are translated by one `translate_options` call,
-batched by the server with other requests to the same model, then joined back with the text's
-own spacing and markup. A sentence whose subwords (`source_lengths`) exceed the model's
-`max_length` is split at its clauses, then at spaces, rather than cut by the model; a word longer
-than that is refused. A request of more sentences than the server's `max_sentences_per_request`
-is refused.
+Each text is split into sentences (`documents.sentences`), and all the sentences of a request
+are translated by one `translate_options` call, batched by the server with other requests to
+the same model, then joined back with the text's own spacing. HTML and documents are
+paragraphs of runs (`documents.html_text`, `documents.formats`): each sentence is translated
+whole across its runs and put back into them by the word alignment that the `attention`
+signature gives (`alignment`, `ModelSentences`). A sentence whose subwords (`source_lengths`)
+exceed the model's `max_length` is split at its clauses, then at spaces, rather than cut by the
+model; a word longer than that is refused. A request of more sentences than the server's
+`max_sentences_per_request` is refused; a document's go in requests of that many.
 """
 
 import json
@@ -280,8 +288,10 @@ class LibreTranslate:
         path = request.url.path
         if path == "/health":
             return json_reply({"status": "ok"})
-        if path in ("/languages", "/frontend/settings"):  # not counted, as LibreTranslate's
-            return json_reply(await self.server.call(self.uncounted[path], self))
+        if path == "/languages":  # not counted, as LibreTranslate's is not
+            return json_reply(await self.server.call(self.languages))
+        if path == "/frontend/settings":  # nor this
+            return json_reply(await self.server.call(self.frontend_settings))
         client = request.client.host if request.client else ""
         network = self.server.settings.network
         if path == "/translate_file":
@@ -354,8 +364,6 @@ class LibreTranslate:
                 "target": {"code": target, "name": language_name(target)},
             },
         }
-
-    uncounted = {"/languages": languages, "/frontend/settings": frontend_settings}
 
     def detect(self, params) -> list[dict]:
         q = params.get("q")

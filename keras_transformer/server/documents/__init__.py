@@ -12,4 +12,9 @@ put back, each sentence's translation in the runs its source words were in.
 - `settings`: `DocumentSettings`, the limits of `/translate_file`.
 
 It knows nothing of models or HTTP: the APIs (`apis.libretranslate`) give it a translator.
+LibreTranslate's own file translator, argos-translate-files, is not used: it brings
+argostranslate's model stack (CTranslate2 and its models' runtime, a `sacremoses` that
+conflicts with this project's), PyMuPDF, an exact old BeautifulSoup, translates through
+argostranslate rather than a served model, and unpacks zip members without a size check
+(docs/DOCUMENTS.md#why-not-argos-translate-files).
 """

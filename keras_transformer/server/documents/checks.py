@@ -35,7 +35,6 @@ BINARY_MAGIC = {
     b"%PDF": "a PDF file",
     b"\xd0\xcf\x11\xe0": "an OLE2 (old Office) file",
     b"\x7fELF": "an executable",
-    b"MZ": "an executable",
 }
 MACRO_EXTENSIONS = frozenset({".docm", ".dotm", ".pptm", ".potm", ".ppsm", ".xlsm", ".odb"})
 MACRO_MEMBERS = ("vbaproject.bin", "vbadata.xml")
