@@ -9,6 +9,7 @@ on the server's clock (the test's own). Also `/frontend/settings`, `/suggest` an
 import html
 import io
 import re
+import struct
 import zipfile
 
 import docx
@@ -339,8 +340,20 @@ def bomb() -> bytes:
     return zipped({"[Content_Types].xml": "<Types/>", "word/document.xml": b"\0" * 300_000})
 
 
+def lying_bomb() -> bytes:
+    """A .docx whose directory declares its 10 MB document 100 bytes: never unpacked past them."""
+    packed = bytearray(
+        zipped({"[Content_Types].xml": "<Types/>", "word/document.xml": b"\0" * 10**7})
+    )
+    for header, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # local, central
+        for start in re.finditer(re.escape(header), bytes(packed)):
+            struct.pack_into("<I", packed, start.start() + size_at, 100)
+    return bytes(packed)
+
+
 HOSTILE = {  # name, content, status, words of the reason
     "zip bomb": ("bomb.docx", bomb, 413, "max_compression_ratio"),
+    "zip bomb declaring small sizes": ("lying.docx", lying_bomb, 400, "Bad CRC-32"),
     "unpacks too large": (
         "large.docx",
         lambda: with_member(docx_bytes(), "word/media/zeros.bin", b"\0" * 3_000_000),

@@ -9,7 +9,8 @@ Every refusal says why, with its status, before any translation:
 - a zip-based document (.docx, .odt, .pptx, .epub) whose members, as its central directory
   declares them (Python's `zipfile` never unpacks more than a member declares), unpack to more
   than `max_unpacked_bytes`, or to more than `max_compression_ratio` times the file (a zip
-  bomb): 413, before a member is unpacked;
+  bomb): 413, before a member is unpacked; a member holding more than it declares is cut at its
+  declared size, fails its CRC and is refused as broken (400);
 - macros: a VBA project (`vbaProject.bin`), a macro-enabled content type, or OpenDocument's
   `Basic/` and `Scripts/`: 415, so that none is carried into a translation (none is ever run);
 - XML that declares entities (the "billion laughs") or refers to external ones (XXE): 400. Each
