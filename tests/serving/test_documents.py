@@ -390,6 +390,7 @@ HOSTILE = {  # name, content, status, words of the reason
     "pptx named .docx": ("slides.docx", pptx_bytes, 415, "word/document.xml"),
     "spreadsheet named .odt": ("sheet.odt", lambda: zipped({"mimetype": ODS}), 415, ODS),
     "unknown format": ("report.pdf", lambda: b"%PDF-1.7", 415, "file format not supported"),
+    "not SubRip": ("film.srt", lambda: b"Just text.", 400, "not SubRip"),
     "not UTF-8": ("latin.txt", lambda: "Café.".encode("latin-1"), 400, "not UTF-8"),
     "too large": ("big.txt", lambda: b"A dog runs. " * 5000, 413, "max_file_bytes"),
     "too many sentences": ("many.txt", lambda: b"A dog runs. " * 31, 400, "max_file_sentences"),

@@ -20,5 +20,6 @@ def read(suffix: str, data: bytes, settings) -> Document:
         raise
     except Exception as error:  # a library's own error on a malformed file, whatever its class
         raise bad_request(
-            f"Invalid request: the {suffix} file cannot be read ({type(error).__name__}: {error})"
+            f"Invalid request: the {suffix} file cannot be read "
+            f"({type(error).__name__}: {str(error)[:200]})"
         ) from None

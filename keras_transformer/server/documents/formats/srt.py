@@ -19,8 +19,10 @@ def read(data: bytes, settings) -> Document:
     content = checks.text(data, ".srt")
     try:
         cues = pysrt.from_string(content, error_handling=pysrt.SubRipFile.ERROR_RAISE)
-    except pysrt.Error as error:
-        raise bad_request(f"Invalid request: the .srt file is not SubRip ({error})") from None
+    except pysrt.Error as error:  # which holds the block that failed: its start is enough
+        raise bad_request(
+            f"Invalid request: the .srt file is not SubRip ({str(error)[:200]})"
+        ) from None
     if not cues:
         raise bad_request("Invalid request: the .srt file holds no subtitle")
     lines = [cue.text.count("\n") + 1 for cue in cues]
