@@ -149,6 +149,8 @@ def test_docx_keeps_its_paragraphs_runs_styles_and_tables(server, translate):
     assert download.headers["content-disposition"].startswith(
         'attachment; filename="letter_de.docx"'
     )
+    assert download.headers["content-security-policy"] == "sandbox"  # never a page of ours
+    assert download.headers["x-content-type-options"] == "nosniff"
     result = docx.Document(io.BytesIO(download.content))
     source = docx.Document(io.BytesIO(data.getvalue()))
     assert len(result.paragraphs) == len(source.paragraphs)
