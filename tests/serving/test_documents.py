@@ -21,7 +21,9 @@ import pytest
 from ebooklib import epub
 from libretranslatepy import LibreTranslateAPI
 from odf import teletype
-from odf.opendocument import OpenDocumentText, load
+from odf.draw import Frame, Page, TextBox
+from odf.opendocument import OpenDocumentPresentation, OpenDocumentText, load
+from odf.style import MasterPage, PageLayout
 from odf.text import H, P, Span
 from pptx.util import Inches
 
@@ -226,6 +228,41 @@ def test_odt_keeps_its_paragraphs_spans_and_headings(server, translate):
             source.getElementsByType(kind), result.getElementsByType(kind), strict=True
         ):
             assert teletype.extractText(after) == translate(teletype.extractText(before))
+
+
+def test_odp_keeps_its_slides_frames_and_spans(server, translate):
+    source = OpenDocumentPresentation()
+    layout = PageLayout(name="layout")
+    source.automaticstyles.addElement(layout)
+    master = MasterPage(name="master", pagelayoutname=layout)
+    source.masterstyles.addElement(master)
+    for texts in (["A dog runs. Two men play."], ["A girl is eating.", "The end."]):
+        page = Page(masterpagename=master)
+        source.presentation.addElement(page)
+        box = TextBox()
+        frame = Frame(width="20cm", height="5cm", x="1cm", y="2cm")
+        frame.addElement(box)
+        page.addElement(frame)
+        for text in texts:
+            paragraph = P(text="A ")
+            paragraph.addElement(Span(text="big"))
+            paragraph.addText(" " + text)
+            box.addElement(paragraph)
+    data = io.BytesIO()
+    source.write(data)
+
+    download = translated_file(server, "slides.odp", data.getvalue())
+    result, source = (load(io.BytesIO(d)) for d in (download.content, data.getvalue()))
+    for kind in (Page, Frame, P, Span):
+        assert len(result.getElementsByType(kind)) == len(source.getElementsByType(kind))
+    frames = [
+        [f.getAttribute(a) for a in ("x", "y", "width")] for f in source.getElementsByType(Frame)
+    ]
+    assert frames == [
+        [f.getAttribute(a) for a in ("x", "y", "width")] for f in result.getElementsByType(Frame)
+    ]
+    for before, after in zip(source.getElementsByType(P), result.getElementsByType(P), strict=True):
+        assert teletype.extractText(after) == translate(teletype.extractText(before))
 
 
 def test_epub_documents_are_translated_as_html_and_the_rest_kept(server):
@@ -473,7 +510,16 @@ def test_frontend_settings_suggest_and_health_as_libretranslate_answers_them(ser
         "keyRequired": False,
         "suggestions": False,
         "filesTranslation": True,
-        "supportedFilesFormat": [".txt", ".html", ".docx", ".odt", ".pptx", ".epub", ".srt"],
+        "supportedFilesFormat": [
+            ".txt",
+            ".html",
+            ".docx",
+            ".odt",
+            ".odp",
+            ".pptx",
+            ".epub",
+            ".srt",
+        ],
         "language": {
             "source": {"code": "auto", "name": "Auto Detect"},
             "target": {"code": "de", "name": "German"},

@@ -6,7 +6,7 @@ Every refusal says why, with its status, before any translation:
   415;
 - content that is not what the extension says (a zip named `.txt`, a `.docx` without
   `word/document.xml`, an `.odt` whose `mimetype` is another): 415;
-- a zip-based document (.docx, .odt, .pptx, .epub) whose members, as its central directory
+- a zip-based document (.docx, .odt, .odp, .pptx, .epub) whose members, as its central directory
   declares them (Python's `zipfile` never unpacks more than a member declares), unpack to more
   than `max_unpacked_bytes`, or to more than `max_compression_ratio` times the file (a zip
   bomb): 413, before a member is unpacked; a member holding more than it declares is cut at its

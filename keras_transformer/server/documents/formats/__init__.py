@@ -3,10 +3,19 @@
 file (`checks`) before its library opens it; `read` picks the module."""
 
 from keras_transformer.server.documents.document import Document
-from keras_transformer.server.documents.formats import docx, epub, html, odt, pptx, srt, txt
+from keras_transformer.server.documents.formats import (
+    docx,
+    epub,
+    html,
+    odp,
+    odt,
+    pptx,
+    srt,
+    txt,
+)
 from keras_transformer.server.errors import ServingError, bad_request
 
-MODULES = (txt, html, docx, odt, pptx, epub, srt)
+MODULES = (txt, html, docx, odt, odp, pptx, epub, srt)
 BY_EXTENSION = {extension: module for module in MODULES for extension in module.EXTENSIONS}
 EXTENSIONS = [module.EXTENSIONS[0] for module in MODULES]
 

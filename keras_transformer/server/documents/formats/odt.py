@@ -18,11 +18,16 @@ SPACES = (TEXTNS, "s")
 
 
 def read(data: bytes, settings) -> Document:
-    checks.archive(data, ".odt", settings, mimetype=MEDIA_TYPE.encode())
+    return read_opendocument(data, settings, ".odt", MEDIA_TYPE, lambda document: document.text)
+
+
+def read_opendocument(data: bytes, settings, suffix, media_type, body) -> Document:
+    """An OpenDocument file of `media_type`, its paragraphs those under `body(document)`."""
+    checks.archive(data, suffix, settings, mimetype=media_type.encode())
     document = opendocument.load(io.BytesIO(data))
     runs = [
         _text_nodes(paragraph)
-        for paragraph in _elements(document.text)
+        for paragraph in _elements(body(document))
         if paragraph.qname in PARAGRAPHS
     ]
     return of_runs(runs, document.write, "data")
