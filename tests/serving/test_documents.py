@@ -6,6 +6,7 @@ italic, tables, slides and shapes, cues and their timings, markup). Hostile file
 words, with their status, before any translation; downloads have unguessable names and expire
 on the server's clock (the test's own). Also `/frontend/settings`, `/suggest` and `/health`."""
 
+import base64
 import html
 import io
 import re
@@ -124,6 +125,12 @@ def translate_json(server, q, text_format="text") -> str:
     return reply.json()["translatedText"]
 
 
+# A 1×1 PNG, for a picture in a run.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
 def cells(table) -> list:
     return [cell for row in table.rows for cell in row.cells]
 
@@ -139,6 +146,7 @@ def test_docx_keeps_its_paragraphs_runs_styles_and_tables(server, translate):
     paragraph.add_run(" runs in the park. Two men play football.")
     source.add_paragraph().add_run("A girl is eating.").italic = True
     source.add_paragraph("")
+    source.add_paragraph("A picture: ").add_run().add_picture(io.BytesIO(PNG))
     table = source.add_table(rows=2, cols=2)
     texts = ["A man sleeps.", "Two dogs.", "The sun shines.", "Children play."]
     for cell, text in zip(cells(table), texts, strict=True):
@@ -159,7 +167,7 @@ def test_docx_keeps_its_paragraphs_runs_styles_and_tables(server, translate):
     for before, after in zip(source.paragraphs, result.paragraphs, strict=True):
         assert styles(after) == styles(before)
         assert after.text == (translate(before.text) if before.text.strip() else before.text)
-    assert len(result.tables) == 1
+    assert len(result.tables) == 1 and len(result.inline_shapes) == 1
     assert [cell.text for cell in cells(result.tables[0])] == [
         translate(cell.text) for cell in cells(source.tables[0])
     ]
