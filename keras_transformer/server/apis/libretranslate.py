@@ -16,6 +16,12 @@ cross-origin request, errors included).
   multilingual model (each sentence is then led by the target's token, `>>fra<<`). It also
   takes the body that `libretranslatepy` sends with it.
 - `POST /detect`: `q` → `[{confidence, language}]`, over the languages the models translate from.
+- `POST /translate_file`: multipart `file`, `source`, `target`, `api_key` →
+  `{"translatedFileUrl"}`, where `GET /download_file/{name}` gives the translated document
+  until it expires (`file_translation`; docs/DOCUMENTS.md).
+- `GET /frontend/settings`: the settings LibreTranslate's page reads, from this server's;
+  `POST /suggest`: refused (403) after the access check, as LibreTranslate refuses it with
+  suggestions off; `GET /health`: `{"status": "ok"}`.
 - `OPTIONS` on each: the CORS preflight;
 - `GET /spec`: the API's OpenAPI contract (`openapi`), where LibreTranslate publishes its own.
 
@@ -23,48 +29,66 @@ Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-
 python-multipart) with the query string's parameters, read within the server's body limits.
 Errors are `{"error": ...}` (`errors.ServingError`): 400 for bad or missing input, 403 for an
 unknown API key, 429 over a rate limit (`api_keys`, counted by `limits` in memory or in Redis),
-405 for another method. The access check and the translation run in the server's worker
-threads, off the event loop.
+405 for another method, 413 and 415 for a document too large or of another format. The access
+check and the translation run in the server's worker threads, off the event loop.
 
-Each text is split into sentences (`sentences`; HTML into the sentences of its text nodes,
-`html_text`), and all the sentences of a request are translated by one `translate_options` call,
-batched by the server with other requests to the same model, then joined back with the text's
-own spacing and markup. A sentence whose subwords (`source_lengths`) exceed the model's
-`max_length` is split at its clauses, then at spaces, rather than cut by the model; a word longer
-than that is refused. A request of more sentences than the server's `max_sentences_per_request`
-is refused.
+Each text is split into sentences (`documents.sentences`), and all the sentences of a request
+are translated by one `translate_options` call, batched by the server with other requests to
+the same model, then joined back with the text's own spacing. HTML and documents are
+paragraphs of runs (`documents.html_text`, `documents.formats`): each sentence is translated
+whole across its runs and put back into them by the word alignment that the `attention`
+signature gives (`alignment`, `ModelSentences`). A sentence whose subwords (`source_lengths`)
+exceed the model's `max_length` is split at its clauses, then at spaces, rather than cut by the
+model; a word longer than that is refused. A request of more sentences than the server's
+`max_sentences_per_request` is refused; a document's go in requests of that many.
 """
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs
 
 from starlette import routing
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.server.apis import html_text, openapi, sentences
+from keras_transformer.server.apis import openapi
+from keras_transformer.server.apis.alignment import alignment_layer, word_links
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
-from keras_transformer.server.apis.http import answered, json_reply, read_body
+from keras_transformer.server.apis.file_translation import (
+    DOWNLOAD_PATH,
+    FileTranslation,
+    file_parameters,
+)
+from keras_transformer.server.apis.http import answered, json_reply, multipart_form, read_body
 from keras_transformer.server.apis.language_id import (
     DetectorMissing,
     LanguageIdentifier,
     language_name,
     public_code,
 )
-from keras_transformer.server.apis.sentences import Piece
+from keras_transformer.server.documents import document, formats, html_text, sentences
+from keras_transformer.server.documents.runs import Layout, Links
+from keras_transformer.server.documents.sentences import Piece
 from keras_transformer.server.errors import bad_request, forbidden, too_many_requests
 
 logger = logging.getLogger(__name__)
 
-METHODS = {"/translate": "POST", "/languages": "GET", "/detect": "POST"}
+METHODS = {
+    "/translate": "POST",
+    "/languages": "GET",
+    "/detect": "POST",
+    "/translate_file": "POST",
+    "/suggest": "POST",
+    "/frontend/settings": "GET",
+    "/health": "GET",
+}
 
 # LibreTranslate's (its after_request): any origin may call the API from a browser.
 CORS = {
@@ -128,6 +152,13 @@ class LibreTranslateSettings:
     batch_limit: int = field(
         default=-1, metadata={"help": "texts of one LibreTranslate q list (-1: any)"}
     )
+    frontend_timeout: int = field(
+        default=500,
+        metadata={
+            "help": "milliseconds a page waits after typing before it translates "
+            "(LibreTranslate's frontendTimeout, in /frontend/settings)"
+        },
+    )
     rate_limit_storage: str = field(
         default="memory://",
         metadata={
@@ -138,6 +169,8 @@ class LibreTranslateSettings:
     )
 
     def __post_init__(self):
+        if self.frontend_timeout < 0:
+            raise ConfigError(f"frontend_timeout {self.frontend_timeout} is below 0")
         for name in ("req_limit", "char_limit", "batch_limit"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{name} {getattr(self, name)} is below -1 (no limit)")
@@ -194,9 +227,12 @@ def filter_unique(texts, translation) -> list[str]:
 class LibreTranslate:
     """LibreTranslate's API over `server` (a `ModelServer`): `routes()` for its application."""
 
-    def __init__(self, server, settings: LibreTranslateSettings = LibreTranslateSettings()):
+    def __init__(
+        self, server, settings: LibreTranslateSettings = LibreTranslateSettings(), clock=None
+    ):
         self.server = server
         self.settings = settings
+        self.files = FileTranslation(self, server.settings.documents, clock or time.monotonic)
         # None: no keys file, and a key given is not looked at (LibreTranslate without --api-keys)
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limiter = RateLimits(settings.rate_limit_storage)
@@ -207,25 +243,32 @@ class LibreTranslate:
             raise ConfigError(f"{error}, or set libretranslate off") from None
 
     @classmethod
-    def add_to(cls, server, settings: LibreTranslateSettings):
+    def add_to(cls, server, settings: LibreTranslateSettings, clock=None):
         """Serves the API on `server`'s REST port, unless `settings.libretranslate` is off; a
         setting that cannot be used (a rate-limit storage that cannot be reached, say) stops
-        the server and raises ConfigError."""
+        the server and raises ConfigError. `clock` (`time.monotonic`) times the downloads."""
         if not settings.libretranslate:
             return
         try:
-            api = cls(server, settings)
+            api = cls(server, settings, clock)
             server.add_routes(api.routes(), openapi.libretranslate_paths())
         except ConfigError:
             server.stop()
             raise
 
     def routes(self) -> list[routing.Route]:
-        """A route for each path, every method, behind LibreTranslate's CORS (its preflight
-        answered by the middleware); and `/spec`, its OpenAPI contract."""
+        """A route for each path, every method, and the downloads of translated files, behind
+        LibreTranslate's CORS (its preflight answered by the middleware); and `/spec`, its
+        OpenAPI contract."""
         endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
         app = LibreTranslateCors(routing.request_response(endpoint), **CORS)
-        return [*(routing.Route(path, app) for path in METHODS), openapi.spec_route()]
+        download = answered(self.files.download)
+        download_app = LibreTranslateCors(routing.request_response(download), **CORS)
+        return [
+            *(routing.Route(path, app) for path in METHODS),
+            routing.Route(DOWNLOAD_PATH, download_app),
+            openapi.spec_route(),
+        ]
 
     async def _answer(self, request: Request) -> Response:
         method = METHODS[request.url.path]
@@ -234,24 +277,36 @@ class LibreTranslate:
             return Response(b"", HTTPStatus.OK, allow, media_type="text/plain")
         if request.method != method:
             return json_reply({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
-        if request.url.path == "/languages":  # not counted, as LibreTranslate's is not
-            return json_reply(await self.server.call(self.languages))
-        params, is_json = await parameters(request, self.server.settings.network)
-        client = request.client.host if request.client else ""
         path = request.url.path
+        if path == "/health":
+            return json_reply({"status": "ok"})
+        if path == "/languages":  # not counted, as LibreTranslate's is not
+            return json_reply(await self.server.call(self.languages))
+        if path == "/frontend/settings":  # nor this
+            return json_reply(await self.server.call(self.frontend_settings))
+        client = request.client.host if request.client else ""
+        network = self.server.settings.network
+        if path == "/translate_file":
+            params, upload = await file_parameters(request, network)
+            base_url = str(request.base_url)
+            reply = await self.server.call(self.files.translate, params, upload, client, base_url)
+            return json_reply(reply)
+        params, is_json = await parameters(request, network)
         return json_reply(await self.server.call(self.answer, path, params, is_json, client))
 
     def answer(self, path, params, is_json, client):
-        """The reply of `/detect` or `/translate` to `params`, in a worker thread, after the
-        access check."""
-        key = self._access(params, client)
+        """The reply of `/detect`, `/translate` or `/suggest` to `params`, in a worker thread,
+        after the access check."""
+        key = self.access(params, client)
+        if path == "/suggest":  # as LibreTranslate answers when suggestions are off
+            raise forbidden("Suggestions are disabled on this server.")
         if path == "/detect":
             return self.detect(params)
         return self.translate(params, is_json, key)
 
     # -- access: API keys and rate limits ------------------------------------------------------
 
-    def _access(self, params, client) -> ApiKey:
+    def access(self, params, client) -> ApiKey:
         """The limits of the request's API key (the server's without one); refuses an unknown
         key (403), a missing one where keys are required (400), and a request over its rate
         limit (429)."""
@@ -281,6 +336,26 @@ class LibreTranslate:
             }
             for code in codes
         ]
+
+    def frontend_settings(self) -> dict:
+        """LibreTranslate's `/frontend/settings`, from this server's settings and models: the
+        page's defaults are detection (or the first source) and the first target."""
+        pairs = sorted(routes(self.server.models.available()))
+        files = self.files.settings.files_translation
+        target = pairs[0][1] if pairs else "en"
+        return {
+            "charLimit": self.settings.char_limit,
+            "frontendTimeout": self.settings.frontend_timeout,
+            "apiKeys": self.api_keys is not None,
+            "keyRequired": self.settings.require_api_key,
+            "suggestions": False,
+            "filesTranslation": files,
+            "supportedFilesFormat": list(formats.EXTENSIONS) if files else [],
+            "language": {
+                "source": {"code": "auto", "name": "Auto Detect"},
+                "target": {"code": target, "name": language_name(target)},
+            },
+        }
 
     def detect(self, params) -> list[dict]:
         q = params.get("q")
@@ -317,7 +392,7 @@ class LibreTranslate:
         if not is_json:  # a form's line ends as LibreTranslate counts them: LF only
             texts = ["\n".join(text.splitlines()) for text in texts]
         self._check_sizes(texts, isinstance(q, list), key)
-        route, detected = self._route(source, target, texts)
+        route, detected = self.pair_route(source, target, texts)
         text_format = params.get("format") or "text"
         if text_format not in ("text", "html"):
             raise bad_request(f"{text_format} format is not supported")
@@ -330,7 +405,7 @@ class LibreTranslate:
             result["alternatives"] = other[0] if one else other
         return result
 
-    def _route(self, source, target, texts) -> tuple[Route, dict | None]:
+    def pair_route(self, source, target, texts) -> tuple[Route, dict | None]:
         """The route of a request's languages, and the language detected (`source: auto`)."""
         pairs = routes(self.server.models.available())
         detected = None
@@ -368,27 +443,45 @@ class LibreTranslate:
     # -- translation ---------------------------------------------------------------------------
 
     def _translated(self, route: Route, texts, html, alternatives) -> tuple[list, list]:
-        """(translation of each text, its alternatives)."""
-        splitter = html_text if html else sentences
-        documents = self._fitted(route, [splitter.split(text) for text in texts])
+        """(translation of each text, its alternatives: none for HTML)."""
+        if html:
+            return self._translated_html(route, texts), [[] for _ in texts]
+        documents = self._fitted(route, [sentences.split(text) for text in texts])
         units = [piece.text for pieces in documents for piece in pieces if piece.translate]
         beam = SEARCH.beam_size if alternatives < SEARCH.beam_size else LARGEST_BEAM
         best, n_best = self._search(route, units, beam) if units else ([], [])
         translations, others, start = [], [], 0
         for pieces in documents:
             end = start + sum(piece.translate for piece in pieces)
-            translation = splitter.join(pieces, best[start:end])
+            translation = sentences.join(pieces, best[start:end])
             sentence_n_best = list(zip(best[start:end], n_best[start:end], strict=True))
             candidates = [
-                splitter.join(
+                sentences.join(
                     pieces, (hypotheses[k] or first for first, hypotheses in sentence_n_best)
                 )
                 for k in range(1, alternatives + 1)
             ]
             translations.append(translation)
-            others.append([] if html else filter_unique(candidates, translation))
+            others.append(filter_unique(candidates, translation))
             start = end
         return translations, others
+
+    def _translated_html(self, route: Route, texts) -> list[str]:
+        """Each HTML text translated a sentence at a time, its inline tags put back around
+        the words aligned to theirs (`html_text`)."""
+        pages = [html_text.read(text) for text in texts]
+        paragraphs = [runs for page in pages for runs in page.paragraphs]
+        translated = document.translated_runs(Layout(paragraphs), self.model_sentences(route))
+        results, start = [], 0
+        for page in pages:
+            end = start + len(page.paragraphs)
+            results.append(page.write(translated[start:end]))
+            start = end
+        return results
+
+    def model_sentences(self, route: Route, chunked: bool = False) -> "ModelSentences":
+        """The sentences of `route`'s model, translated and aligned (`ModelSentences`)."""
+        return ModelSentences(self, route, chunked)
 
     def _fitted(self, route: Route, documents: list[list[Piece]]) -> list[list[Piece]]:
         """`documents` with every sentence longer than the model's `max_length` subwords split
@@ -460,6 +553,69 @@ class LibreTranslate:
         )
 
 
+class ModelSentences:
+    """Sentences translated and aligned by a route's model, through the server's batching
+    (`document.SentenceTranslator`): translated as `/translate` translates them (a sentence
+    longer than the model takes is split at its clauses, and then has no alignment), in
+    requests of at most `max_sentences_per_request` sentences when `chunked` (a document),
+    else refused beyond it; aligned by the `attention` signature where the export has one
+    (`alignment`)."""
+
+    def __init__(self, api: LibreTranslate, route: Route, chunked: bool = False):
+        self.api = api
+        self.route = route
+        self.chunk = api.server.limits.max_sentences_per_request if chunked else None
+        self._split: set[str] = set()  # the sentences translated in parts
+
+    def _chunks(self, *lists):
+        size = self.chunk or max(1, len(lists[0]))
+        for start in range(0, len(lists[0]), size):
+            yield [values[start : start + size] for values in lists]
+
+    def translate(self, units) -> list[str]:
+        translations = []
+        for (chunk,) in self._chunks(list(units)):
+            fitted = self.api._fitted(self.route, [[Piece(unit, True)] for unit in chunk])
+            parts = [piece.text for pieces in fitted for piece in pieces if piece.translate]
+            best, _ = self.api._search(self.route, parts, SEARCH.beam_size)
+            start = 0
+            for unit, pieces in zip(chunk, fitted, strict=True):
+                end = start + sum(piece.translate for piece in pieces)
+                translations.append(sentences.join(pieces, best[start:end]))
+                if end - start > 1:
+                    self._split.add(unit)
+                start = end
+        return translations
+
+    def alignments(self, units, translations) -> list[Links | None]:
+        servable = self.api.server.metadata_servable(self.route.model)
+        if "attention" not in servable.signatures:
+            return [None] * len(units)
+        skip = len(self.route.token.split()) if self.route.token else 0
+        links = []
+        for chunk, chunk_translations in self._chunks(list(units), list(translations)):
+            outputs = self.api._predict(
+                self.route, "attention", chunk, translation=chunk_translations
+            )
+            cross = outputs["encoder_decoder_attention"]
+            layer = alignment_layer(cross.shape[1])
+            for k, (unit, translation) in enumerate(zip(chunk, chunk_translations, strict=True)):
+                if unit in self._split:
+                    links.append(None)
+                    continue
+                links.append(
+                    word_links(
+                        [piece.decode("utf-8") for piece in outputs["source_pieces"][k]],
+                        [piece.decode("utf-8") for piece in outputs["target_pieces"][k]],
+                        cross[k, layer].mean(axis=0),
+                        unit,
+                        translation,
+                        skip,
+                    )
+                )
+        return links
+
+
 def text_list(q) -> list[str]:
     """`q` as a list of texts: a string, or a list of strings."""
     texts = q if isinstance(q, list) else [q]
@@ -498,24 +654,9 @@ def form_fields(body: bytes) -> dict:
     return {name: value[0] for name, value in fields.items()}
 
 
-MALFORMED_MULTIPART = "Invalid request: malformed multipart/form-data body"
-
-
 async def multipart_fields(headers, body: bytes) -> dict:
-    """The text fields of a multipart/form-data body (RFC 7578), parsed by python-multipart;
-    files are left out. A body with no part at all is malformed."""
-
-    async def stream():
-        yield body
-
-    try:
-        form = await MultiPartParser(headers, stream(), max_files=0).parse()
-    except MultiPartException as error:
-        raise bad_request(
-            f"Invalid request: malformed multipart/form-data body ({error})"
-        ) from None
-    if not form:
-        raise bad_request("Invalid request: malformed multipart/form-data body (no part)")
+    """The text fields of a multipart/form-data body; files are left out."""
+    form = await multipart_form(headers, body, max_files=0)
     fields = {}
     for name, value in form.multi_items():
         if isinstance(value, str):
