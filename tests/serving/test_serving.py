@@ -159,7 +159,12 @@ def ids_request(beam_size=2, extra_length=3, source_ids=((40, 41, 2),), alpha=0.
         (PREDICT, ids_request(alpha=float("nan")), 400, "alpha nan is not a finite number"),
         (PREDICT, ids_request(source_ids=[[5] * 99 + [2]]), 400, "width 100 is over max_length"),
         (PREDICT, ids_request(beam_size=2.5), 400, "holds 2.5: int32 values of beam_size are"),
-        (PREDICT, json.dumps({"instances": ["a"] * 9}).encode(), 400, "--max-sentences-per"),
+        (
+            PREDICT,
+            json.dumps({"instances": ["a"] * 9}).encode(),
+            400,
+            "(max_sentences_per_request)",
+        ),
         (PREDICT, json.dumps({"instances": ["é" * 101]}).encode(), 400, "202 bytes, over"),
         (PREDICT, ids_request(source_ids=[[2] * 201]), 400, "201 ids, over the limit of 200"),
         (PREDICT, ids_request(source_ids=[[-1, 2]]), 400, "holds -1"),
