@@ -327,6 +327,16 @@ def test_pick_a_pair_type_copy_and_inspect(browser, server, shots, size):
     press(browser, "#copy", Keys.ENTER)
     wait_until(lambda: element(browser, "#status").text == "Copied.")
     assert clipboard(browser) == expected
+    focus = "return getComputedStyle(document.activeElement).outlineStyle"
+    assert browser.execute_script(focus) == "solid"  # a visible focus ring
+    # Served over plain HTTP (no Clipboard API): the selection copied instead.
+    browser.execute_script(
+        "navigator.clipboard.writeText('before');"
+        "Object.defineProperty(navigator, 'clipboard', {value: undefined, configurable: true})"
+    )
+    press(browser, "#copy", Keys.ENTER)
+    browser.execute_script("delete navigator.clipboard")  # the API back, to read the clipboard
+    assert (clipboard(browser), error_shown(browser)) == (expected, "")
 
     # Inspect, opened by keyboard: the n-best list and the heat maps, as the signatures have them.
     press(browser, "#inspect summary", Keys.ENTER)
@@ -430,6 +440,49 @@ def test_detect_the_language_and_the_multilingual_model_with_its_token(browser, 
     expected = predict(server, "translate_options", inputs, MULTILINGUAL)
     first = element(browser, "#n-best li .hypothesis")
     assert text_of(first) == expected["translations"][0]
+
+
+@pytest.mark.slow  # a browser process
+@pytest.mark.parametrize("size", SIZES)
+def test_a_document_in_the_files_tab(browser, server, shots, downloads, tmp_path, size):
+    """A .docx built with python-docx, chosen, translated by /translate_file and downloaded:
+    each paragraph the translation /translate gives it."""
+    import docx
+    from selenium.webdriver.common.keys import Keys
+
+    paragraphs = [SENTENCE, "Two dogs play in the snow."]
+    document = docx.Document()
+    for paragraph in paragraphs:
+        document.add_paragraph(paragraph)
+    letter = tmp_path / f"letter-{size}.docx"
+    document.save(letter)
+
+    load(browser, server, size, query=link("en", "de", ""))
+    press(browser, "#text-tab", Keys.ARROW_RIGHT)  # the tabs by their arrows
+    assert browser.switch_to.active_element.get_attribute("id") == "files-tab"
+    assert element(browser, "#files-panel").is_displayed()
+    assert not element(browser, "#text-panel").is_displayed()
+    assert ".docx" in element(browser, "#file").get_attribute("accept").split(",")
+    element(browser, "#file").send_keys(str(letter))
+    before = set(downloads.iterdir())
+    press(browser, "#translate-file", Keys.ENTER)
+    wait_until(lambda: element(browser, "#download").is_displayed() or error_shown(browser))
+    assert error_shown(browser) == ""
+    assert browser.switch_to.active_element.get_attribute("id") == "download"
+    screenshot(browser, shots / f"files-{size}.png")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+
+    def new_documents():
+        return [path for path in set(downloads.iterdir()) - before if path.suffix == ".docx"]
+
+    wait_until(new_documents)
+    (downloaded,) = new_documents()
+    expected = [
+        translated(server, q=paragraph, source="en", target="de")["translatedText"]
+        for paragraph in paragraphs
+    ]
+    assert [paragraph.text for paragraph in docx.Document(downloaded).paragraphs] == expected
+    assert not scrolls_sideways(browser)
 
 
 @pytest.mark.slow  # a browser process

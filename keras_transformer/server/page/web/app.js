@@ -36,13 +36,14 @@ const page = {
 };
 
 // What the page knows and has asked: the server's settings, the languages ({code: {name,
-// targets}}), the models' pairs, the last translation shown, and the translation in flight
-// (its number, so that a late reply to an older one is dropped, and its AbortController).
+// targets}}), the models' pairs, the language detected in the text shown, and the translation
+// in flight (its number, so that a late reply to an older one is dropped, and its
+// AbortController).
 const state = {
   settings: { charLimit: -1, keyRequired: false, apiKeys: false, filesTranslation: false },
   languages: new Map(),
   models: [],
-  shown: null,
+  detected: undefined,
   request: 0,
   inFlight: null,
   timer: undefined,
@@ -172,7 +173,7 @@ function fillTargets(wanted) {
 // The source language a swap makes the target: the chosen one, or the one detected.
 function swapTarget() {
   const source = page.sourceLanguage.value;
-  return source === DETECT ? state.shown?.detected : source;
+  return source === DETECT ? state.detected : source;
 }
 
 function updateSwap() {
@@ -239,8 +240,9 @@ function clearTranslation() {
   page.translation.value = "";
   page.detected.textContent = "";
   page.copy.disabled = true;
-  state.shown = null;
+  state.detected = undefined;
   updateSwap();
+  inspector.forget();
 }
 
 async function translateNow() {
@@ -286,18 +288,38 @@ function showTranslation(text, source, target, reply) {
   page.detected.textContent = detected
     ? `Detected: ${languageName(detected.language)} (${detected.confidence}%)`
     : "";
-  state.shown = { text, detected: detected?.language };
+  state.detected = detected?.language;
   updateSwap();
   inspector.show(text, routeOf(detected ? detected.language : source, target));
 }
 
+// The translation on the clipboard: by the Clipboard API where the page may use it (a secure
+// context: HTTPS, or this machine), else by the copy command, the one way a page served over
+// plain HTTP has.
 async function copyTranslation() {
   const text = page.translation.value;
   try {
-    await navigator.clipboard.writeText(text);
+    if (navigator.clipboard) {
+      await navigator.clipboard.writeText(text);
+    } else {
+      copyByCommand(text);
+    }
     page.status.textContent = "Copied.";
   } catch (error) {
     showError(page.error, new ServerError(`The browser did not copy the text (${error.message}).`));
+  }
+}
+
+function copyByCommand(text) {
+  const put = (event) => {
+    event.clipboardData.setData("text/plain", text);
+    event.preventDefault();
+  };
+  document.addEventListener("copy", put);
+  const copied = document.execCommand("copy");
+  document.removeEventListener("copy", put);
+  if (!copied) {
+    throw new Error("the browser refused the copy command");
   }
 }
 

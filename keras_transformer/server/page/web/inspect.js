@@ -50,6 +50,16 @@ export class Inspector {
     this.load();
   }
 
+  // Nothing to inspect (no translation shown).
+  forget() {
+    this.subject = null;
+    this.request += 1; // a reply still on its way is dropped
+    this.details.textContent = "";
+    this.error.textContent = "";
+    this.result.hidden = true;
+    this.attention.hidden = true;
+  }
+
   async load() {
     if (!this.panel.open || this.loaded || this.subject === null) {
       return;
