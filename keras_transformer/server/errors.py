@@ -3,7 +3,8 @@ for every API of the server: TF Serving's REST and gRPC, and LibreTranslate's.
 
 The pairs are TensorFlow Serving's, except that a full queue answers 503 over REST (a client's
 retry policy treats it as "try again", as it does gRPC's RESOURCE_EXHAUSTED). LibreTranslate's
-refusals add 403 (an unknown API key) and 429 (over a rate limit).
+refusals add 403 (an unknown API key) and 429 (over a rate limit); a document's 415 (a format
+not translated, or one that is not what its name says).
 """
 
 from http import HTTPStatus
@@ -58,3 +59,9 @@ def forbidden(message) -> ServingError:
 
 def too_many_requests(message) -> ServingError:
     return ServingError(HTTPStatus.TOO_MANY_REQUESTS, grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def unsupported_media_type(message) -> ServingError:
+    return ServingError(
+        HTTPStatus.UNSUPPORTED_MEDIA_TYPE, grpc.StatusCode.INVALID_ARGUMENT, message
+    )

@@ -6,7 +6,9 @@ concern:
 - `network`: address, ports, connections, bodies, timeouts, the page, the drain;
 - `limits`: what one request may ask;
 - `batching`: TF Serving's batching parameters;
-- `libretranslate`: LibreTranslate's API, its keys, limits and rate-limit storage.
+- `libretranslate`: LibreTranslate's API, its keys, limits and rate-limit storage;
+- `documents`: its document translation (`/translate_file`): what a file may hold, and how
+  long its translation can be downloaded.
 
 Example:
 >>> ServerSettings(network=Network(rest_port=0, grpc_port=0)).network.max_body_bytes
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.server.apis.libretranslate import LibreTranslateSettings
+from keras_transformer.server.documents.settings import DocumentSettings
 from keras_transformer.server.models.batching import BatchingParameters
 from keras_transformer.server.models.limits import Limits
 
@@ -89,4 +92,7 @@ class ServerSettings:
     )
     libretranslate: LibreTranslateSettings = _part(
         LibreTranslateSettings, "LibreTranslate API (docs/SERVING.md)"
+    )
+    documents: DocumentSettings = _part(
+        DocumentSettings, "document translation, /translate_file (docs/DOCUMENTS.md)"
     )

@@ -152,16 +152,17 @@ def test_paragraphs_are_translated_by_sentence_and_joined_with_their_spacing(ser
 
 
 def test_html_keeps_its_markup_even_unbalanced(server):
+    """Block tags end sentences; a sentence across inline ones is translated whole, the tags
+    put back between its words (where exactly: test_documents.py, test_document_runs.py)."""
     fragment = '<p class="a">A dog runs. <b>Two men play.</b></p><div>A girl <i>is eating'
-    units = ["A dog runs.", "Two men play.", "A girl", "is eating"]
-    a, b, c, d = (html.escape(text, quote=False) for text in translations(server, GERMAN, units))
+    units = ["A dog runs.", "Two men play.", "A girl is eating"]
+    a, b, c = (html.escape(text, quote=False) for text in translations(server, GERMAN, units))
     body = {"q": fragment, "source": "en", "target": "de", "format": "html", "alternatives": 2}
     status, _, reply = call(server, "/translate", body)
-    assert status == 200
-    assert reply == {
-        "translatedText": f'<p class="a">{a} <b>{b}</b></p><div>{c} <i>{d}',
-        "alternatives": [],
-    }
+    assert status == 200 and reply["alternatives"] == []
+    head = f'<p class="a">{a} <b>{b}</b></p><div>'
+    assert reply["translatedText"].startswith(head) and reply["translatedText"].count("<i>") == 1
+    assert reply["translatedText"].removeprefix(head).replace("<i>", "") == c
 
 
 def test_alternatives_are_the_n_best_without_repeats(server):

@@ -1,6 +1,7 @@
-"""The LibreTranslate API's text handling, without a model: sentences and HTML text nodes split
+"""The LibreTranslate API's text handling, without a model: sentences and HTML paragraphs split
 and joined back, API key files, rate limits, language codes and names, request bodies."""
 
+import html
 import sys
 import types
 
@@ -10,7 +11,6 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from keras_transformer.errors import ConfigError
-from keras_transformer.server.apis import html_text, sentences
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
 from keras_transformer.server.apis.http import answered, json_reply
 from keras_transformer.server.apis.language_id import (
@@ -25,6 +25,8 @@ from keras_transformer.server.apis.libretranslate import (
     parameters,
     requested_code,
 )
+from keras_transformer.server.documents import html_text, sentences
+from keras_transformer.server.documents.runs import Layout
 from keras_transformer.server.settings import Network, ServerSettings
 
 
@@ -85,33 +87,35 @@ def test_long_sentences_split_at_clauses_then_at_the_middle_space():
     "fragment, expected",
     [
         ("<p>A dog runs. <b>It barks!</b></p>", ["A dog runs.", "It barks!"]),
-        ("<p>Unclosed <i>tags. <div>and more", ["Unclosed", "tags.", "and more"]),
+        ("<p>A <b>dog</b> runs.</p>", ["A dog runs."]),
+        ('<p>See <a href="/x">the <em>docs</em></a> now.</p>', ["See the docs now."]),
+        ("<p>Unclosed <i>tags. <div>and more", ["Unclosed tags.", "and more"]),
+        ("<li>One</li><li>Two<br>Three</li>", ["One", "Two", "Three"]),
         ("</b></i>Only closing tags.", ["Only closing tags."]),
         ("<p class='x' data-a=\"1 > 0\">Text</p>", ["Text"]),
         ("<!-- a comment --><p>After it.</p>", ["After it."]),
         ("<script>if (a < b) run();</script><p>Prose.</p>", ["Prose."]),
+        ("<p>Run <code>ls</code> now.</p>", ["Run", "now."]),
         ("<p>Tom &amp; Jerry</p>", ["Tom & Jerry"]),
         ("a < b, <p", ["a < b,"]),
         ('Open <a href="x', ["Open"]),
         ("<!-- never closed", []),
     ],
 )
-def test_html_text_nodes_are_split_and_the_markup_kept(fragment, expected):
-    pieces = html_text.split(fragment)
-    assert sentences_of(pieces) == expected
-    assert all(piece.text in fragment for piece in pieces if not piece.translate)
+def test_html_sentences_run_across_inline_tags_and_stop_at_block_ones(fragment, expected):
+    page = html_text.read(fragment)
+    assert Layout(page.paragraphs).units == expected
+    assert html.unescape(page.write(page.paragraphs)) == html.unescape(fragment)
 
 
-def test_html_joins_back_with_its_markup_and_escapes_translations():
+def test_html_writes_back_its_markup_and_escapes_translations():
     fragment = "<div><p>A dog runs. <b>It barks &amp; jumps.</b></p><br>Unclosed <i>end"
-    assert html_text.join(html_text.split(fragment), sentences_of(html_text.split(fragment))) == (
-        fragment
-    )
-    assert upper_cased(html_text, fragment) == (
+    page = html_text.read(fragment)
+    upper = [[run.upper() for run in runs] for runs in page.paragraphs]
+    assert page.write(upper) == (
         "<div><p>A DOG RUNS. <b>IT BARKS &amp; JUMPS.</b></p><br>UNCLOSED <i>END"
     )
-    pieces = html_text.split("<p>x</p>")
-    assert html_text.join(pieces, ["a <b> & c"]) == "<p>a &lt;b&gt; &amp; c</p>"
+    assert html_text.read("<p>x</p>").write([["a <b> & c"]]) == "<p>a &lt;b&gt; &amp; c</p>"
 
 
 def test_api_keys_file(tmp_path):

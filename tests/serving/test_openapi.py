@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 from html.parser import HTMLParser
+from urllib.parse import urlsplit
 
 import pytest
 from openapi_schema_validator import OAS30Validator
@@ -41,7 +42,9 @@ def _seed():
 @pytest.fixture(scope="module")
 def server(exported, tmp_path_factory):
     keys = tmp_path_factory.mktemp("keys") / "api_keys"
-    keys.write_text("good-key\ntranslate-key 1\ndetect-key 1\n")
+    keys.write_text(
+        "good-key\ntranslate-key 1\ndetect-key 1\ntranslate_file-key 1\nsuggest-key 1\n"
+    )
     models = ModelManager([ServedModel(NAME, exported, labels={"stable": 1})])
     settings = server_settings(max_body_bytes=MAX_BODY, socket_timeout_s=1.0)
     server = ModelServer(models, settings)
@@ -117,6 +120,36 @@ def _servable_cases() -> dict:
     return cases
 
 
+BOUNDARY = "keras-transformer-test"
+FILE_FIELDS = {"source": "en", "target": "de", "api_key": "good-key"}
+
+
+def multipart(fields, filename="a.txt", content=b"A dog runs.") -> tuple[bytes, dict]:
+    """(body, headers) of a multipart/form-data request of `fields` and one file."""
+    parts = [
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    parts.append(
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+        f"Content-Type: application/octet-stream\r\n\r\n".encode()
+        + content
+        + f"\r\n--{BOUNDARY}--\r\n".encode()
+    )
+    return b"".join(parts), {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def file_request(fields=FILE_FIELDS, filename="a.txt"):
+    body, headers = multipart(fields, filename)
+    return plain("POST", "/translate_file", body, headers)
+
+
+def download(server):
+    """A document's translation, downloaded from the URL /translate_file gave."""
+    _, _, reply = file_request()(server)
+    return request(server, "GET", urlsplit(json.loads(reply)["translatedFileUrl"]).path)
+
+
 def _libretranslate_cases() -> dict:
     cases = {}
     bodies = {"/translate": TRANSLATE_BODY, "/detect": {"q": "A dog runs.", "api_key": "good-key"}}
@@ -128,12 +161,36 @@ def _libretranslate_cases() -> dict:
         cases[path, "post", 408] = stalled(path)
         cases[path, "post", 413] = too_large(path)
         cases[path, "post", 429] = twice("POST", path, body | {"api_key": key})
+    path = "/translate_file"
+    cases[path, "post", 200] = file_request()
+    cases[path, "post", 400] = file_request({"source": "en", "api_key": "good-key"})
+    cases[path, "post", 403] = file_request(FILE_FIELDS | {"api_key": "no-such-key"})
+    cases[path, "post", 408] = stalled(path)
+    cases[path, "post", 413] = too_large(path)
+    cases[path, "post", 415] = file_request(filename="a.pdf")
+    cases[path, "post", 429] = lambda server: (
+        file_request(FILE_FIELDS | {"api_key": "translate_file-key"})(server),
+        file_request(FILE_FIELDS | {"api_key": "translate_file-key"})(server),
+    )[1]
+    cases["/download_file/{name}", "get", 200] = download
+    cases["/download_file/{name}", "get", 404] = plain("GET", "/download_file/no-such-file")
+    suggestion = {"q": "A dog.", "s": "Ein Hund.", "source": "en", "target": "de"}
+    cases["/suggest", "post", 400] = plain("POST", "/suggest", b"{not json")
+    cases["/suggest", "post", 403] = plain("POST", "/suggest", suggestion)
+    cases["/suggest", "post", 408] = stalled("/suggest")
+    cases["/suggest", "post", 413] = too_large("/suggest")
+    cases["/suggest", "post", 429] = twice(
+        "POST", "/suggest", suggestion | {"api_key": "suggest-key"}
+    )
     preflight = {"Origin": "https://example.org", "Access-Control-Request-Method": "POST"}
-    for path in ("/translate", "/languages", "/detect"):
+    for path in (*LIBRETRANSLATE_POSTS, "/languages", "/frontend/settings", "/health"):
         cases[path, "options", 200] = plain("OPTIONS", path, headers=preflight)
-    cases["/languages", "get", 200] = plain("GET", "/languages")
-    cases["/spec", "get", 200] = plain("GET", "/spec")
+    for path in ("/languages", "/frontend/settings", "/health", "/spec"):
+        cases[path, "get", 200] = plain("GET", path)
     return cases
+
+
+LIBRETRANSLATE_POSTS = ("/translate", "/detect", "/translate_file", "/suggest")
 
 
 # A request for each documented route and status: {(path, method, status): call(server)}.
@@ -168,7 +225,14 @@ def test_the_documents_are_valid_openapi_and_spec_is_libretranslates_part(server
     validate(document)
     spec = contract(server, "/spec")
     validate(spec)
-    assert set(spec["paths"]) == {"/translate", "/languages", "/detect", "/spec"}
+    assert set(spec["paths"]) == {
+        *LIBRETRANSLATE_POSTS,
+        "/languages",
+        "/frontend/settings",
+        "/health",
+        "/download_file/{name}",
+        "/spec",
+    }
     assert all(document["paths"][path] == spec["paths"][path] for path in spec["paths"])
 
 

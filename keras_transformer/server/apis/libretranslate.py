@@ -37,10 +37,11 @@ is refused.
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from starlette import routing
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -50,7 +51,8 @@ from starlette.responses import Response
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.search_settings import SearchSettings
-from keras_transformer.server.apis import html_text, openapi, sentences
+from keras_transformer.server.apis import openapi
+from keras_transformer.server.apis.alignment import alignment_layer, word_links
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
 from keras_transformer.server.apis.http import answered, json_reply, read_body
 from keras_transformer.server.apis.language_id import (
@@ -59,12 +61,33 @@ from keras_transformer.server.apis.language_id import (
     language_name,
     public_code,
 )
-from keras_transformer.server.apis.sentences import Piece
-from keras_transformer.server.errors import bad_request, forbidden, too_many_requests
+from keras_transformer.server.documents import document, formats, html_text, sentences
+from keras_transformer.server.documents.checks import extension, refuse_macro_extension
+from keras_transformer.server.documents.downloads import Downloads
+from keras_transformer.server.documents.runs import Layout, Links
+from keras_transformer.server.documents.sentences import Piece
+from keras_transformer.server.errors import (
+    bad_request,
+    forbidden,
+    not_found,
+    too_large,
+    too_many_requests,
+    unsupported_media_type,
+)
 
 logger = logging.getLogger(__name__)
 
-METHODS = {"/translate": "POST", "/languages": "GET", "/detect": "POST"}
+METHODS = {
+    "/translate": "POST",
+    "/languages": "GET",
+    "/detect": "POST",
+    "/translate_file": "POST",
+    "/suggest": "POST",
+    "/frontend/settings": "GET",
+    "/health": "GET",
+}
+DOWNLOAD_PATH = "/download_file/{name}"  # LibreTranslate's
+DETECTION_PARAGRAPHS = 50  # a document's first paragraphs tell its language (`source: auto`)
 
 # LibreTranslate's (its after_request): any origin may call the API from a browser.
 CORS = {
@@ -128,6 +151,13 @@ class LibreTranslateSettings:
     batch_limit: int = field(
         default=-1, metadata={"help": "texts of one LibreTranslate q list (-1: any)"}
     )
+    frontend_timeout: int = field(
+        default=500,
+        metadata={
+            "help": "milliseconds a page waits after typing before it translates "
+            "(LibreTranslate's frontendTimeout, in /frontend/settings)"
+        },
+    )
     rate_limit_storage: str = field(
         default="memory://",
         metadata={
@@ -138,6 +168,8 @@ class LibreTranslateSettings:
     )
 
     def __post_init__(self):
+        if self.frontend_timeout < 0:
+            raise ConfigError(f"frontend_timeout {self.frontend_timeout} is below 0")
         for name in ("req_limit", "char_limit", "batch_limit"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{name} {getattr(self, name)} is below -1 (no limit)")
@@ -194,9 +226,13 @@ def filter_unique(texts, translation) -> list[str]:
 class LibreTranslate:
     """LibreTranslate's API over `server` (a `ModelServer`): `routes()` for its application."""
 
-    def __init__(self, server, settings: LibreTranslateSettings = LibreTranslateSettings()):
+    def __init__(
+        self, server, settings: LibreTranslateSettings = LibreTranslateSettings(), clock=None
+    ):
         self.server = server
         self.settings = settings
+        self.documents = server.settings.documents
+        self.downloads = Downloads(self.documents.download_expiry_s, clock or time.monotonic)
         # None: no keys file, and a key given is not looked at (LibreTranslate without --api-keys)
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limiter = RateLimits(settings.rate_limit_storage)
@@ -207,25 +243,32 @@ class LibreTranslate:
             raise ConfigError(f"{error}, or set libretranslate off") from None
 
     @classmethod
-    def add_to(cls, server, settings: LibreTranslateSettings):
+    def add_to(cls, server, settings: LibreTranslateSettings, clock=None):
         """Serves the API on `server`'s REST port, unless `settings.libretranslate` is off; a
         setting that cannot be used (a rate-limit storage that cannot be reached, say) stops
-        the server and raises ConfigError."""
+        the server and raises ConfigError. `clock` (`time.monotonic`) times the downloads."""
         if not settings.libretranslate:
             return
         try:
-            api = cls(server, settings)
+            api = cls(server, settings, clock)
             server.add_routes(api.routes(), openapi.libretranslate_paths())
         except ConfigError:
             server.stop()
             raise
 
     def routes(self) -> list[routing.Route]:
-        """A route for each path, every method, behind LibreTranslate's CORS (its preflight
-        answered by the middleware); and `/spec`, its OpenAPI contract."""
+        """A route for each path, every method, and the downloads of translated files, behind
+        LibreTranslate's CORS (its preflight answered by the middleware); and `/spec`, its
+        OpenAPI contract."""
         endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
         app = LibreTranslateCors(routing.request_response(endpoint), **CORS)
-        return [*(routing.Route(path, app) for path in METHODS), openapi.spec_route()]
+        download = answered(self._download)
+        download_app = LibreTranslateCors(routing.request_response(download), **CORS)
+        return [
+            *(routing.Route(path, app) for path in METHODS),
+            routing.Route(DOWNLOAD_PATH, download_app),
+            openapi.spec_route(),
+        ]
 
     async def _answer(self, request: Request) -> Response:
         method = METHODS[request.url.path]
@@ -234,17 +277,27 @@ class LibreTranslate:
             return Response(b"", HTTPStatus.OK, allow, media_type="text/plain")
         if request.method != method:
             return json_reply({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
-        if request.url.path == "/languages":  # not counted, as LibreTranslate's is not
-            return json_reply(await self.server.call(self.languages))
-        params, is_json = await parameters(request, self.server.settings.network)
-        client = request.client.host if request.client else ""
         path = request.url.path
+        if path == "/health":
+            return json_reply({"status": "ok"})
+        if path in ("/languages", "/frontend/settings"):  # not counted, as LibreTranslate's
+            return json_reply(await self.server.call(self.uncounted[path], self))
+        client = request.client.host if request.client else ""
+        network = self.server.settings.network
+        if path == "/translate_file":
+            params, upload = await file_parameters(request, network)
+            base_url = str(request.base_url)
+            reply = await self.server.call(self.translate_file, params, upload, client, base_url)
+            return json_reply(reply)
+        params, is_json = await parameters(request, network)
         return json_reply(await self.server.call(self.answer, path, params, is_json, client))
 
     def answer(self, path, params, is_json, client):
-        """The reply of `/detect` or `/translate` to `params`, in a worker thread, after the
-        access check."""
+        """The reply of `/detect`, `/translate` or `/suggest` to `params`, in a worker thread,
+        after the access check."""
         key = self._access(params, client)
+        if path == "/suggest":  # as LibreTranslate answers when suggestions are off
+            raise forbidden("Suggestions are disabled on this server.")
         if path == "/detect":
             return self.detect(params)
         return self.translate(params, is_json, key)
@@ -281,6 +334,28 @@ class LibreTranslate:
             }
             for code in codes
         ]
+
+    def frontend_settings(self) -> dict:
+        """LibreTranslate's `/frontend/settings`, from this server's settings and models: the
+        page's defaults are detection (or the first source) and the first target."""
+        pairs = sorted(routes(self.server.models.available()))
+        files = self.documents.files_translation
+        target = pairs[0][1] if pairs else "en"
+        return {
+            "charLimit": self.settings.char_limit,
+            "frontendTimeout": self.settings.frontend_timeout,
+            "apiKeys": self.api_keys is not None,
+            "keyRequired": self.settings.require_api_key,
+            "suggestions": False,
+            "filesTranslation": files,
+            "supportedFilesFormat": list(formats.EXTENSIONS) if files else [],
+            "language": {
+                "source": {"code": "auto", "name": "Auto Detect"},
+                "target": {"code": target, "name": language_name(target)},
+            },
+        }
+
+    uncounted = {"/languages": languages, "/frontend/settings": frontend_settings}
 
     def detect(self, params) -> list[dict]:
         q = params.get("q")
@@ -365,30 +440,99 @@ class LibreTranslate:
                     f"Invalid request: request ({len(text)}) exceeds text limit ({char_limit})"
                 )
 
+    # -- documents ------------------------------------------------------------------------------
+
+    def translate_file(self, params, upload, client, base_url) -> dict:
+        """`/translate_file`: the document `upload` (file name, bytes) translated and stored
+        (`downloads`), refused in words before any translation (`documents.checks`)."""
+        self._access(params, client)
+        if not self.documents.files_translation:
+            raise forbidden("Files translation are disabled on this server.")
+        for name, value in (("file", upload), ("source", params.get("source"))):
+            if not value:
+                raise bad_request(f"Invalid request: missing {name} parameter")
+        if not params.get("target"):
+            raise bad_request("Invalid request: missing target parameter")
+        filename, data = upload
+        if not filename:
+            raise bad_request("Invalid request: empty file")
+        suffix = extension(filename)
+        refuse_macro_extension(suffix)
+        if suffix not in formats.BY_EXTENSION:
+            raise unsupported_media_type(
+                f"Invalid request: file format not supported ({suffix or 'no extension'}; "
+                f"supported: {', '.join(formats.EXTENSIONS)})"
+            )
+        if len(data) > self.documents.max_file_bytes:
+            raise too_large(
+                f"Invalid request: the file has {len(data)} bytes, over the server's limit of "
+                f"{self.documents.max_file_bytes} (max_file_bytes)"
+            )
+        module = formats.BY_EXTENSION[suffix]
+        read = module.read(data, self.documents)
+        sample = ["".join(runs) for runs in read.paragraphs[:DETECTION_PARAGRAPHS]]
+        route, _ = self._route(params["source"], params["target"], sample)
+        translated = document.translate(
+            read, ModelSentences(self, route, chunked=True), self.documents.max_file_sentences
+        )
+        name = self.downloads.store(
+            translated, download_name(filename, params["target"]), module.MEDIA_TYPE
+        )
+        return {"translatedFileUrl": f"{base_url}download_file/{name}"}
+
+    async def _download(self, request: Request) -> Response:
+        """A translated document, by the name `/translate_file` gave it, until it expires."""
+        if request.method not in ("GET", "HEAD"):
+            allow = {"Allow": "GET, HEAD, OPTIONS"}
+            return json_reply({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
+        found = self.downloads.fetch(request.path_params["name"])
+        if found is None:
+            raise not_found("Not Found: no such file, or it has expired")
+        stored, data = found
+        return Response(
+            data,
+            media_type=stored.media_type,
+            headers={"Content-Disposition": content_disposition(stored.filename)},
+        )
+
     # -- translation ---------------------------------------------------------------------------
 
     def _translated(self, route: Route, texts, html, alternatives) -> tuple[list, list]:
-        """(translation of each text, its alternatives)."""
-        splitter = html_text if html else sentences
-        documents = self._fitted(route, [splitter.split(text) for text in texts])
+        """(translation of each text, its alternatives: none for HTML)."""
+        if html:
+            return self._translated_html(route, texts), [[] for _ in texts]
+        documents = self._fitted(route, [sentences.split(text) for text in texts])
         units = [piece.text for pieces in documents for piece in pieces if piece.translate]
         beam = SEARCH.beam_size if alternatives < SEARCH.beam_size else LARGEST_BEAM
         best, n_best = self._search(route, units, beam) if units else ([], [])
         translations, others, start = [], [], 0
         for pieces in documents:
             end = start + sum(piece.translate for piece in pieces)
-            translation = splitter.join(pieces, best[start:end])
+            translation = sentences.join(pieces, best[start:end])
             sentence_n_best = list(zip(best[start:end], n_best[start:end], strict=True))
             candidates = [
-                splitter.join(
+                sentences.join(
                     pieces, (hypotheses[k] or first for first, hypotheses in sentence_n_best)
                 )
                 for k in range(1, alternatives + 1)
             ]
             translations.append(translation)
-            others.append([] if html else filter_unique(candidates, translation))
+            others.append(filter_unique(candidates, translation))
             start = end
         return translations, others
+
+    def _translated_html(self, route: Route, texts) -> list[str]:
+        """Each HTML text translated a sentence at a time, its inline tags put back around
+        the words aligned to theirs (`html_text`)."""
+        pages = [html_text.read(text) for text in texts]
+        paragraphs = [runs for page in pages for runs in page.paragraphs]
+        translated = document.translated_runs(Layout(paragraphs), ModelSentences(self, route))
+        results, start = [], 0
+        for page in pages:
+            end = start + len(page.paragraphs)
+            results.append(page.write(translated[start:end]))
+            start = end
+        return results
 
     def _fitted(self, route: Route, documents: list[list[Piece]]) -> list[list[Piece]]:
         """`documents` with every sentence longer than the model's `max_length` subwords split
@@ -460,6 +604,85 @@ class LibreTranslate:
         )
 
 
+class ModelSentences:
+    """Sentences translated and aligned by a route's model, through the server's batching
+    (`document.SentenceTranslator`): translated as `/translate` translates them (a sentence
+    longer than the model takes is split at its clauses, and then has no alignment), in
+    requests of at most `max_sentences_per_request` sentences when `chunked` (a document),
+    else refused beyond it; aligned by the `attention` signature where the export has one
+    (`alignment`)."""
+
+    def __init__(self, api: LibreTranslate, route: Route, chunked: bool = False):
+        self.api = api
+        self.route = route
+        self.chunk = api.server.limits.max_sentences_per_request if chunked else None
+        self._split: set[str] = set()  # the sentences translated in parts
+
+    def _chunks(self, *lists):
+        size = self.chunk or max(1, len(lists[0]))
+        for start in range(0, len(lists[0]), size):
+            yield [values[start : start + size] for values in lists]
+
+    def translate(self, units) -> list[str]:
+        translations = []
+        for (chunk,) in self._chunks(list(units)):
+            fitted = self.api._fitted(self.route, [[Piece(unit, True)] for unit in chunk])
+            parts = [piece.text for pieces in fitted for piece in pieces if piece.translate]
+            best, _ = self.api._search(self.route, parts, SEARCH.beam_size)
+            start = 0
+            for unit, pieces in zip(chunk, fitted, strict=True):
+                end = start + sum(piece.translate for piece in pieces)
+                translations.append(sentences.join(pieces, best[start:end]))
+                if end - start > 1:
+                    self._split.add(unit)
+                start = end
+        return translations
+
+    def alignments(self, units, translations) -> list[Links | None]:
+        servable = self.api.server.metadata_servable(self.route.model)
+        if "attention" not in servable.signatures:
+            return [None] * len(units)
+        skip = len(self.route.token.split()) if self.route.token else 0
+        links = []
+        for chunk, chunk_translations in self._chunks(list(units), list(translations)):
+            outputs = self.api._predict(
+                self.route, "attention", chunk, translation=chunk_translations
+            )
+            cross = outputs["encoder_decoder_attention"]
+            layer = alignment_layer(cross.shape[1])
+            for k, (unit, translation) in enumerate(zip(chunk, chunk_translations, strict=True)):
+                if unit in self._split:
+                    links.append(None)
+                    continue
+                links.append(
+                    word_links(
+                        [piece.decode("utf-8") for piece in outputs["source_pieces"][k]],
+                        [piece.decode("utf-8") for piece in outputs["target_pieces"][k]],
+                        cross[k, layer].mean(axis=0),
+                        unit,
+                        translation,
+                        skip,
+                    )
+                )
+        return links
+
+
+def download_name(filename: str, target: str) -> str:
+    """The name a translation is downloaded under: the client's file name (without its
+    folders), with the target's code before its extension, as LibreTranslate names it."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}_{target}.{suffix}" if dot and stem else f"{name}_{target}"
+
+
+def content_disposition(filename: str) -> str:
+    """An attachment's header with its name (RFC 6266): an ASCII fallback and the UTF-8 one."""
+    fallback = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
 def text_list(q) -> list[str]:
     """`q` as a list of texts: a string, or a list of strings."""
     texts = q if isinstance(q, list) else [q]
@@ -490,6 +713,25 @@ async def parameters(request: Request, network) -> tuple[dict, bool]:
     return values | dict(request.query_params), False
 
 
+async def file_parameters(request: Request, network) -> tuple[dict, tuple[str, bytes] | None]:
+    """The fields of a multipart/form-data body with its one file: (fields and the query
+    string's parameters, (the file's name, its bytes) or None); read within `network`'s
+    limits."""
+    body = await read_body(request, network.max_body_bytes, network.socket_timeout_s)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise bad_request("Invalid request: a file is sent as multipart/form-data")
+    form = await _multipart(request.headers, body, max_files=1)
+    fields, upload = {}, None
+    for name, value in form.multi_items():
+        if isinstance(value, str):
+            fields.setdefault(name, value)
+        elif name == "file":
+            upload = (value.filename or "", await value.read())
+    await form.close()
+    return fields | dict(request.query_params), upload
+
+
 def form_fields(body: bytes) -> dict:
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
@@ -501,21 +743,25 @@ def form_fields(body: bytes) -> dict:
 MALFORMED_MULTIPART = "Invalid request: malformed multipart/form-data body"
 
 
-async def multipart_fields(headers, body: bytes) -> dict:
-    """The text fields of a multipart/form-data body (RFC 7578), parsed by python-multipart;
-    files are left out. A body with no part at all is malformed."""
+async def _multipart(headers, body: bytes, max_files: int):
+    """A multipart/form-data body (RFC 7578) parsed by python-multipart, with at most
+    `max_files` files. A body with no part at all is malformed."""
 
     async def stream():
         yield body
 
     try:
-        form = await MultiPartParser(headers, stream(), max_files=0).parse()
+        form = await MultiPartParser(headers, stream(), max_files=max_files).parse()
     except MultiPartException as error:
-        raise bad_request(
-            f"Invalid request: malformed multipart/form-data body ({error})"
-        ) from None
+        raise bad_request(f"{MALFORMED_MULTIPART} ({error})") from None
     if not form:
-        raise bad_request("Invalid request: malformed multipart/form-data body (no part)")
+        raise bad_request(f"{MALFORMED_MULTIPART} (no part)")
+    return form
+
+
+async def multipart_fields(headers, body: bytes) -> dict:
+    """The text fields of a multipart/form-data body; files are left out."""
+    form = await _multipart(headers, body, max_files=0)
     fields = {}
     for name, value in form.multi_items():
         if isinstance(value, str):

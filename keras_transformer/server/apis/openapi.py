@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from keras_transformer.server.documents import formats
+
 OPENAPI_PATH, SPEC_PATH = "/openapi.json", "/spec"
 VERSION = "3.0.3"
 
@@ -40,6 +42,13 @@ def _replies(ok: dict, **errors) -> dict:
     `default`."""
     replies = {"200": ok}
     replies |= {name.removeprefix("e"): _error(reason) for name, reason in errors.items()}
+    replies["default"] = _error("any other refusal or failure (500, 503, 504)")
+    return replies
+
+
+def _refusals(**errors) -> dict:
+    """The replies of a route that refuses every request: `errors` by status, and `default`."""
+    replies = {name.removeprefix("e"): _error(reason) for name, reason in errors.items()}
     replies["default"] = _error("any other refusal or failure (500, 503, 504)")
     return replies
 
@@ -148,6 +157,45 @@ SCHEMAS = {
     ),
     "DetectRequest": _object(["q"], q={"oneOf": [STRING, _array(STRING)]}, api_key=STRING),
     "Detections": _array(_ref("Detection")),
+    "TranslateFileRequest": _object(
+        ["file", "source", "target"],
+        file={"type": "string", "format": "binary", "description": "the document"},
+        source={"type": "string", "description": 'a language code, or "auto" to detect it'},
+        target=STRING,
+        api_key=STRING,
+    ),
+    "TranslateFileReply": _object(
+        ["translatedFileUrl"],
+        translatedFileUrl={
+            "type": "string",
+            "description": "where the translation can be downloaded until it expires",
+        },
+    ),
+    "SuggestRequest": _object(
+        ["q", "s", "source", "target"], q=STRING, s=STRING, source=STRING, target=STRING
+    ),
+    "Language": _object(["code", "name"], code=STRING, name=STRING),
+    "FrontendSettings": _object(
+        [
+            "charLimit",
+            "frontendTimeout",
+            "apiKeys",
+            "keyRequired",
+            "suggestions",
+            "filesTranslation",
+            "supportedFilesFormat",
+            "language",
+        ],
+        charLimit={"type": "integer", "description": "characters of a text (-1: any)"},
+        frontendTimeout={"type": "integer", "description": "milliseconds before translating"},
+        apiKeys={"type": "boolean", "description": "whether API keys are looked at"},
+        keyRequired={"type": "boolean", "description": "whether an API key is required"},
+        suggestions={"type": "boolean", "description": "whether /suggest takes suggestions"},
+        filesTranslation={"type": "boolean", "description": "whether /translate_file is on"},
+        supportedFilesFormat=_array(STRING),
+        language=_object(["source", "target"], source=_ref("Language"), target=_ref("Language")),
+    ),
+    "Health": _object(["status"], status=STRING),
 }
 
 # TF Serving's servable paths: the model's latest version, a version, or a version label.
@@ -294,6 +342,81 @@ def libretranslate_paths() -> dict:
                 ),
             },
             "options": _preflight("/detect"),
+        },
+        "/translate_file": {
+            "post": {
+                "summary": "translate a document; its translation is downloaded from the URL "
+                "given, until it expires",
+                "requestBody": {
+                    "required": True,
+                    "content": {"multipart/form-data": {"schema": _ref("TranslateFileRequest")}},
+                },
+                "responses": _replies(
+                    _ok("where to download the translation", _ref("TranslateFileReply")),
+                    **ACCESS
+                    | {
+                        "e400": "missing or bad parameters, a broken document, XML entities, "
+                        "or more sentences than max_file_sentences",
+                        "e403": "an API key that is not in the keys file, or files translation off",
+                        "e413": "a body over max_body_bytes, a file over max_file_bytes, or a "
+                        "zip-based one unpacking beyond max_unpacked_bytes or "
+                        "max_compression_ratio",
+                        "e415": "a format not translated, a macro-enabled one, or content that "
+                        "is not what the extension says",
+                    },
+                ),
+            },
+            "options": _preflight("/translate_file"),
+        },
+        "/download_file/{name}": {
+            "get": {
+                "summary": "a translated document, by the name /translate_file gave it",
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "description": "the last part of translatedFileUrl",
+                        "schema": STRING,
+                    }
+                ],
+                "responses": _replies(
+                    {
+                        "description": "the document, as an attachment named after the "
+                        "original with the target's code",
+                        "content": {
+                            media_type: {"schema": {"type": "string", "format": "binary"}}
+                            for media_type in (module.MEDIA_TYPE for module in formats.MODULES)
+                        },
+                    },
+                    e404="no such file, or it has expired",
+                ),
+            }
+        },
+        "/suggest": {
+            "post": {
+                "summary": "a suggested translation: refused, as suggestions are off",
+                "requestBody": _bodies("SuggestRequest"),
+                "responses": _refusals(
+                    **ACCESS
+                    | {"e403": "suggestions are disabled, or an API key not in the keys file"}
+                ),
+            },
+            "options": _preflight("/suggest"),
+        },
+        "/frontend/settings": {
+            "get": {
+                "summary": "the settings a page reads: limits, keys, formats, defaults",
+                "responses": _replies(_ok("the settings", _ref("FrontendSettings"))),
+            },
+            "options": _preflight("/frontend/settings"),
+        },
+        "/health": {
+            "get": {
+                "summary": "whether the server answers",
+                "responses": _replies(_ok("it does", _ref("Health"))),
+            },
+            "options": _preflight("/health"),
         },
         SPEC_PATH: _document_route("LibreTranslate's API alone"),
     }

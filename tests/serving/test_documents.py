@@ -1,0 +1,428 @@
+"""LibreTranslate's `/translate_file` on a real server: a document of each format, built here with
+its own library, goes in; its translation, downloaded from the URL given, opens with the same
+library, holds the translation of each sentence as `/translate` (through the real
+`libretranslatepy` client) gives it, and keeps its structure (paragraphs, runs and their bold and
+italic, tables, slides and shapes, cues and their timings, markup). Hostile files are refused in
+words, with their status, before any translation; downloads have unguessable names and expire
+on the server's clock (the test's own). Also `/frontend/settings`, `/suggest` and `/health`."""
+
+import html
+import io
+import re
+import zipfile
+
+import docx
+import httpx
+import pptx
+import pysrt
+import pytest
+from ebooklib import epub
+from libretranslatepy import LibreTranslateAPI
+from odf import teletype
+from odf.opendocument import OpenDocumentText, load
+from odf.text import H, P, Span
+from pptx.util import Inches
+
+from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
+from keras_transformer.server.documents.html_text import MARKUP
+from keras_transformer.server.documents.settings import DocumentSettings
+from keras_transformer.server.models.lifecycle import ServedModel
+from keras_transformer.server.models.limits import Limits
+from keras_transformer.server.models.model_manager import ModelManager
+from keras_transformer.server.server import ModelServer
+from keras_transformer.server.settings import Network, ServerSettings
+
+pytestmark = pytest.mark.slow  # exports and serves a model
+
+DOCUMENTS = DocumentSettings(
+    max_file_bytes=48 * 1024,
+    max_file_sentences=30,
+    max_unpacked_bytes=2 * 1024 * 1024,
+    max_compression_ratio=50,
+    download_expiry_s=60.0,
+)
+DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    """No Keras seeding between these tests (nothing here builds a model)."""
+
+
+class Clock:
+    """The downloads' clock, moved on by the test."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def clock():
+    return Clock()
+
+
+@pytest.fixture(scope="module")
+def server(exported, tmp_path_factory, clock):
+    keys = tmp_path_factory.mktemp("keys") / "api_keys"
+    keys.write_text("good-key\nslow-key 1\n")
+    settings = ServerSettings(
+        network=Network(rest_port=0, grpc_port=0, max_body_bytes=64 * 1024),
+        limits=Limits(max_sentences_per_request=8),
+        documents=DOCUMENTS,
+    )
+    server = ModelServer(ModelManager([ServedModel("m30k-ende", exported)]), settings)
+    LibreTranslate.add_to(server, LibreTranslateSettings(api_keys=keys), clock=clock)
+    server.start()
+    yield server
+    server.stop()
+
+
+def url(server, path=""):
+    return f"http://127.0.0.1:{server.rest_port}{path}"
+
+
+def post_file(server, name, data, target="de", **fields) -> httpx.Response:
+    """`/translate_file` as LibreTranslate's page and clients post it."""
+    form = {"source": "en", "target": target, "api_key": "good-key"} | fields
+    return httpx.post(
+        url(server, "/translate_file"), data=form, files={"file": (name, data)}, timeout=120
+    )
+
+
+def translated_file(server, name, data) -> httpx.Response:
+    reply = post_file(server, name, data)
+    assert reply.status_code == 200, reply.text
+    (file_url,) = reply.json().values()
+    assert file_url.startswith(url(server, "/download_file/"))
+    download = httpx.get(file_url, timeout=120)
+    assert download.status_code == 200, download.text
+    return download
+
+
+@pytest.fixture(scope="module")
+def translate(server):
+    """The translation of a text by `/translate`, through libretranslatepy."""
+    client = LibreTranslateAPI(url(server), api_key="good-key")
+    return lambda text: client.translate(text, "en", "de")
+
+
+def translate_json(server, q, text_format="text") -> str:
+    """The translation of a text by `/translate`, in a JSON body (whose line ends are kept)."""
+    body = {"q": q, "source": "en", "target": "de", "format": text_format, "api_key": "good-key"}
+    reply = httpx.post(url(server, "/translate"), json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply.json()["translatedText"]
+
+
+def cells(table) -> list:
+    return [cell for row in table.rows for cell in row.cells]
+
+
+def styles(paragraph) -> list:
+    return [(run.bold, run.italic) for run in paragraph.runs]
+
+
+def test_docx_keeps_its_paragraphs_runs_styles_and_tables(server, translate):
+    source = docx.Document()
+    paragraph = source.add_paragraph("A ")
+    paragraph.add_run("dog").bold = True
+    paragraph.add_run(" runs in the park. Two men play football.")
+    source.add_paragraph().add_run("A girl is eating.").italic = True
+    source.add_paragraph("")
+    table = source.add_table(rows=2, cols=2)
+    texts = ["A man sleeps.", "Two dogs.", "The sun shines.", "Children play."]
+    for cell, text in zip(cells(table), texts, strict=True):
+        cell.text = text
+    data = io.BytesIO()
+    source.save(data)
+
+    download = translated_file(server, "letter.docx", data.getvalue())
+    assert download.headers["content-type"] == DOCX_TYPE
+    assert download.headers["content-disposition"].startswith(
+        'attachment; filename="letter_de.docx"'
+    )
+    result = docx.Document(io.BytesIO(download.content))
+    source = docx.Document(io.BytesIO(data.getvalue()))
+    assert len(result.paragraphs) == len(source.paragraphs)
+    for before, after in zip(source.paragraphs, result.paragraphs, strict=True):
+        assert styles(after) == styles(before)
+        assert after.text == (translate(before.text) if before.text.strip() else before.text)
+    assert len(result.tables) == 1
+    assert [cell.text for cell in cells(result.tables[0])] == [
+        translate(cell.text) for cell in cells(source.tables[0])
+    ]
+
+
+def test_pptx_keeps_its_slides_shapes_and_runs(server, translate):
+    source = pptx.Presentation()
+    texts = [["A dog runs.", "Two men play football."], ["A girl is eating."]]
+    for slide_texts in texts:
+        slide = source.slides.add_slide(source.slide_layouts[6])
+        frame = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(6), Inches(2)).text_frame
+        first = frame.paragraphs[0]
+        first.add_run().text = "A "
+        bold = first.add_run()
+        bold.text, bold.font.bold = "woman", True
+        first.add_run().text = " walks."
+        for text in slide_texts:
+            frame.add_paragraph().text = text
+        table = slide.shapes.add_table(1, 2, Inches(1), Inches(4), Inches(4), Inches(1)).table
+        table.cell(0, 0).text, table.cell(0, 1).text = "A cat.", "Two birds."
+    data = io.BytesIO()
+    source.save(data)
+
+    result = pptx.Presentation(
+        io.BytesIO(translated_file(server, "talk.pptx", data.getvalue()).content)
+    )
+    source = pptx.Presentation(io.BytesIO(data.getvalue()))
+    assert len(result.slides) == len(source.slides)
+    for before, after in zip(source.slides, result.slides, strict=True):
+        shapes = list(zip(before.shapes, after.shapes, strict=True))
+        assert [(b.left, b.top, b.width, b.height) for b, _ in shapes] == [
+            (a.left, a.top, a.width, a.height) for _, a in shapes
+        ]
+        for b, a in shapes:
+            frames = (
+                [(b.text_frame, a.text_frame)]
+                if b.has_text_frame
+                else [
+                    (cb.text_frame, ca.text_frame)
+                    for cb, ca in zip(b.table.iter_cells(), a.table.iter_cells(), strict=True)
+                ]
+            )
+            for frame_b, frame_a in frames:
+                for pb, pa in zip(frame_b.paragraphs, frame_a.paragraphs, strict=True):
+                    assert [r.font.bold for r in pa.runs] == [r.font.bold for r in pb.runs]
+                    assert pa.text == translate(pb.text)
+
+
+def test_odt_keeps_its_paragraphs_spans_and_headings(server, translate):
+    source = OpenDocumentText()
+    source.text.addElement(H(outlinelevel=1, text="Dogs in the park."))
+    paragraph = P(text="A ")
+    paragraph.addElement(Span(text="dog"))
+    paragraph.addText(" runs. Two men  play.")
+    source.text.addElement(paragraph)
+    data = io.BytesIO()
+    source.write(data)
+
+    download = translated_file(server, "notes.odt", data.getvalue())
+    result = load(io.BytesIO(download.content))
+    source = load(io.BytesIO(data.getvalue()))
+    for kind in (H, P, Span):
+        assert len(result.getElementsByType(kind)) == len(source.getElementsByType(kind))
+    for kind in (H, P):
+        for before, after in zip(
+            source.getElementsByType(kind), result.getElementsByType(kind), strict=True
+        ):
+            assert teletype.extractText(after) == translate(teletype.extractText(before))
+
+
+def test_epub_documents_are_translated_as_html_and_the_rest_kept(server):
+    book = epub.EpubBook()
+    book.set_identifier("id-1")
+    book.set_title("Dogs")
+    book.set_language("en")
+    chapter = epub.EpubHtml(title="One", file_name="one.xhtml", lang="en")
+    chapter.content = "<h1>Dogs.</h1><p>A <b>dog</b> runs. <i>Two men</i> play.</p>"
+    book.add_item(chapter)
+    book.toc = [chapter]
+    book.spine = ["nav", chapter]
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    data = io.BytesIO()
+    epub.write_epub(data, book)
+
+    download = translated_file(server, "book.epub", data.getvalue())
+    before, after = (zipfile.ZipFile(io.BytesIO(d)) for d in (data.getvalue(), download.content))
+    assert before.namelist() == after.namelist()
+    for name in before.namelist():
+        original = before.read(name)
+        if name.endswith(".xhtml"):  # the chapter, and the navigation (its contents)
+            assert after.read(name).decode() == translate_json(server, original.decode(), "html")
+        else:
+            assert after.read(name) == original, name
+    read_back = epub.read_epub(io.BytesIO(download.content))
+    assert read_back.get_item_with_href("one.xhtml") is not None
+
+
+def test_html_keeps_its_markup_and_srt_its_cues_and_timings(server, translate):
+    page = '<html><body><p>A <b>dog</b> runs to <a href="/park">the park</a>.</p></body></html>'
+    translated = translated_file(server, "page.html", page.encode()).content.decode()
+    assert translated == translate_json(server, page, "html")
+    assert MARKUP.findall(translated) == MARKUP.findall(page)
+
+    cues = pysrt.SubRipFile()
+    for k, text in enumerate(["A man is\nwalking.", "Two dogs play."], start=1):
+        cues.append(pysrt.SubRipItem(k, start=(0, 0, 2 * k), end=(0, 0, 2 * k + 1), text=text))
+    data = io.StringIO()
+    cues.write_into(data)
+    download = translated_file(server, "film.srt", data.getvalue().encode())
+    result = pysrt.from_string(download.content.decode())
+    assert [(c.index, c.start, c.end) for c in result] == [(c.index, c.start, c.end) for c in cues]
+    for before, after in zip(cues, result, strict=True):
+        assert after.text.count("\n") <= before.text.count("\n")
+        assert " ".join(after.text.split()) == " ".join(
+            translate(" ".join(before.text.split())).split()
+        )
+
+    text = "A dog runs.\n\nTwo men play football!  A girl is eating.\n"
+    assert translated_file(server, "a.txt", text.encode()).content.decode() == translate_json(
+        server, text
+    )
+
+
+def test_a_sentence_across_inline_tags_is_translated_whole(server, translate):
+    """The issue's example: one sentence, with <b> around the words aligned to "dog"."""
+    translated = translate_json(server, "<p>A <b>dog</b> runs.</p>", "html")
+    match = re.fullmatch(r"<p>(.*)<b>(.*)</b>(.*)</p>", translated)
+    assert match, translated
+    assert html.unescape("".join(match.groups())) == translate("A dog runs.")
+
+
+def zipped(members: dict, compression=zipfile.ZIP_DEFLATED) -> bytes:
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w", compression) as packed:
+        for name, content in members.items():
+            packed.writestr(name, content)
+    return data.getvalue()
+
+
+def docx_bytes() -> bytes:
+    data = io.BytesIO()
+    docx.Document().save(data)
+    return data.getvalue()
+
+
+def with_member(document: bytes, name: str, content) -> bytes:
+    """`document` (a zip) with member `name` replaced or added."""
+    source = zipfile.ZipFile(io.BytesIO(document))
+    members = {n: source.read(n) for n in source.namelist()} | {name: content}
+    return zipped(members)
+
+
+def laughs() -> str:
+    """The billion laughs: ten entities, each ten of the one before."""
+    entities = ['<!ENTITY lol0 "lol">']
+    entities += [f'<!ENTITY lol{k} "{f"&lol{k - 1};" * 10}">' for k in range(1, 10)]
+    return f'<?xml version="1.0"?><!DOCTYPE d [{"".join(entities)}]><d>&lol9;</d>'
+
+
+XXE = '<?xml version="1.0"?><!DOCTYPE d [<!ENTITY x SYSTEM "file:///etc/passwd">]><d>&x;</d>'
+ODS = "application/vnd.oasis.opendocument.spreadsheet"
+
+
+def pptx_bytes() -> bytes:
+    data = io.BytesIO()
+    pptx.Presentation().save(data)
+    return data.getvalue()
+
+
+def bomb() -> bytes:
+    """A small .docx that unpacks to 300 times its size: within max_unpacked_bytes, but far
+    beyond max_compression_ratio."""
+    return zipped({"[Content_Types].xml": "<Types/>", "word/document.xml": b"\0" * 300_000})
+
+
+HOSTILE = {  # name, content, status, words of the reason
+    "zip bomb": ("bomb.docx", bomb, 413, "max_compression_ratio"),
+    "unpacks too large": (
+        "large.docx",
+        lambda: with_member(docx_bytes(), "word/media/zeros.bin", b"\0" * 3_000_000),
+        413,
+        "max_unpacked_bytes",
+    ),
+    "billion laughs": (
+        "laughs.docx",
+        lambda: with_member(docx_bytes(), "word/document.xml", laughs()),
+        400,
+        "entities",
+    ),
+    "external entity": (
+        "xxe.docx",
+        lambda: with_member(docx_bytes(), "word/document.xml", XXE),
+        400,
+        "entities",
+    ),
+    "macro-enabled name": ("macro.docm", docx_bytes, 415, "macros"),
+    "macros inside": (
+        "macro.docx",
+        lambda: with_member(docx_bytes(), "word/vbaProject.bin", b"VBA"),
+        415,
+        "macros",
+    ),
+    "zip named .txt": ("notes.txt", docx_bytes, 415, "zip archive"),
+    "text named .docx": ("notes.docx", lambda: b"A dog runs.", 415, "not a zip archive"),
+    "pptx named .docx": ("slides.docx", pptx_bytes, 415, "word/document.xml"),
+    "spreadsheet named .odt": ("sheet.odt", lambda: zipped({"mimetype": ODS}), 415, ODS),
+    "unknown format": ("report.pdf", lambda: b"%PDF-1.7", 415, "file format not supported"),
+    "not UTF-8": ("latin.txt", lambda: "Café.".encode("latin-1"), 400, "not UTF-8"),
+    "too large": ("big.txt", lambda: b"A dog runs. " * 5000, 413, "max_file_bytes"),
+    "too many sentences": ("many.txt", lambda: b"A dog runs. " * 31, 400, "max_file_sentences"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_files_are_refused_in_words_before_any_work(server, case):
+    name, make, status, reason = HOSTILE[case]
+    reply = post_file(server, name, make())
+    assert reply.status_code == status, reply.text
+    assert reason in reply.json()["error"]
+
+
+def test_downloads_are_unguessable_single_files_that_expire(server, clock):
+    reply = post_file(server, "a.txt", b"A dog runs.")
+    other = post_file(server, "a.txt", b"A dog runs.")
+    first, second = (r.json()["translatedFileUrl"] for r in (reply, other))
+    names = [u.rsplit("/", 1)[1] for u in (first, second)]
+    assert names[0] != names[1] and all(re.fullmatch(r"[A-Za-z0-9_-]{43}", n) for n in names)
+    for guess in ("a.txt", "a_de.txt", "..%2F..%2Fetc%2Fpasswd", names[0][:-1]):
+        assert httpx.get(url(server, f"/download_file/{guess}")).status_code == 404
+    assert httpx.get(first).status_code == 200
+    clock.now += DOCUMENTS.download_expiry_s
+    missing = httpx.get(first)
+    assert missing.status_code == 404 and "expired" in missing.json()["error"]
+
+
+def test_translate_file_takes_the_same_keys_and_rate_limits(server):
+    assert post_file(server, "a.txt", b"Hi.", api_key="no-such-key").status_code == 403
+    assert post_file(server, "a.txt", b"Hi.", api_key="slow-key").status_code == 200
+    limited = post_file(server, "a.txt", b"Hi.", api_key="slow-key")
+    assert limited.status_code == 429 and "Slowdown" in limited.json()["error"]
+    missing = httpx.post(
+        url(server, "/translate_file"),
+        data={"source": "en", "target": "de"},
+        files={"x": ("a", b"")},
+    )
+    assert missing.status_code == 400 and "missing file" in missing.json()["error"]
+    assert post_file(server, "a.txt", b"Hi.", target="zz").json() == {
+        "error": "zz is not supported"
+    }
+
+
+def test_frontend_settings_suggest_and_health_as_libretranslate_answers_them(server):
+    """libretranslate/tests/test_api: test_frontend_settings_content and its neighbours."""
+    settings = httpx.get(url(server, "/frontend/settings")).json()
+    assert settings == {
+        "charLimit": -1,
+        "frontendTimeout": 500,
+        "apiKeys": True,
+        "keyRequired": False,
+        "suggestions": False,
+        "filesTranslation": True,
+        "supportedFilesFormat": [".txt", ".html", ".docx", ".odt", ".pptx", ".epub", ".srt"],
+        "language": {
+            "source": {"code": "auto", "name": "Auto Detect"},
+            "target": {"code": "de", "name": "German"},
+        },
+    }
+    body = {"q": "Hello", "s": "Hallo", "source": "en", "target": "de"}
+    suggest = httpx.post(url(server, "/suggest"), data=body)
+    assert suggest.status_code == 403
+    assert suggest.json() == {"error": "Suggestions are disabled on this server."}
+    health = httpx.get(url(server, "/health"), headers={"Origin": "https://example.org"})
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert health.headers["access-control-allow-origin"] == "*"
