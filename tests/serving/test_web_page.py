@@ -457,6 +457,7 @@ def test_a_document_in_the_files_tab(browser, server, shots, downloads, tmp_path
     letter = tmp_path / f"letter-{size}.docx"
     document.save(letter)
 
+    console_errors(browser)  # the log so far: the previous tests'
     load(browser, server, size, query=link("en", "de", ""))
     press(browser, "#text-tab", Keys.ARROW_RIGHT)  # the tabs by their arrows
     assert browser.switch_to.active_element.get_attribute("id") == "files-tab"
@@ -483,6 +484,7 @@ def test_a_document_in_the_files_tab(browser, server, shots, downloads, tmp_path
     ]
     assert [paragraph.text for paragraph in docx.Document(downloaded).paragraphs] == expected
     assert not scrolls_sideways(browser)
+    assert console_errors(browser) == []
 
 
 @pytest.mark.slow  # a browser process
