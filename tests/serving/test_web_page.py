@@ -371,6 +371,53 @@ def test_pick_a_pair_type_copy_and_inspect(browser, server, shots, size):
     assert console_errors(browser) == []
 
 
+# The page's requests to /translate counted, and the answer (or the abort) of the next one after
+# `holdNext` is set held back a second (then `heldDone`), as a slow server would.
+WATCH_TRANSLATE = """
+Object.assign(window, { translateRequests: 0, holdNext: false, heldDone: false });
+const original = window.fetch;
+window.fetch = async (path, options) => {
+  if (path !== "/translate") return original(path, options);
+  window.translateRequests += 1;
+  const held = window.holdNext;
+  window.holdNext = false;
+  try {
+    return await original(path, options);  // or the AbortError of a request dropped
+  } finally {
+    if (held) {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      window.heldDone = true;
+    }
+  }
+};
+"""
+
+
+@pytest.mark.slow  # a browser process
+def test_typing_asks_once_and_a_late_answer_is_dropped(browser, server):
+    from selenium.webdriver.common.keys import Keys
+
+    def translation_of(text):
+        return translated(server, q=text, source="en", target="de")["translatedText"]
+
+    load(browser, server, query=link("en", "de", ""))
+    browser.execute_script(WATCH_TRANSLATE)
+    press(browser, "#source", SENTENCE)  # a keystroke each character, one request after them
+    wait_for_translation(browser, translation_of(SENTENCE))
+    assert browser.execute_script("return translateRequests") == 1
+
+    # The answer to an older text, coming after the answer to the newer one, is not shown.
+    older, newer = f"{SENTENCE} Two dogs.", f"{SENTENCE} Two dogs. A cat."
+    assert translation_of(older) != translation_of(newer)  # the test can tell them apart
+    browser.execute_script("holdNext = true")
+    press(browser, "#source", " Two dogs.", Keys.CONTROL, Keys.ENTER)
+    press(browser, "#source", " A cat.", Keys.CONTROL, Keys.ENTER)
+    wait_for_translation(browser, translation_of(newer))
+    wait_until(lambda: browser.execute_script("return heldDone"))
+    assert translation_shown(browser) == translation_of(newer)
+    assert browser.execute_script("return translateRequests") == 3
+
+
 @pytest.mark.slow  # a browser process
 def test_another_hypothesis_chosen_by_keyboard(browser, server):
     from selenium.webdriver.common.keys import Keys

@@ -12,10 +12,6 @@ import { call, ServerError, showError } from "./server.js";
 
 const DETECT = "auto"; // LibreTranslate's source for "detect the language"
 
-// LibreTranslate's page's pause after the last keystroke before it translates, when the server
-// does not give its own (`frontendTimeout`), in milliseconds.
-const TYPING_PAUSE_MS = 500;
-
 const byId = (id) => document.getElementById(id);
 
 const page = {
@@ -35,12 +31,12 @@ const page = {
   filesTab: byId("files-tab"),
 };
 
-// What the page knows and has asked: the server's settings, the languages ({code: {name,
-// targets}}), the models' pairs, the language detected in the text shown, and the translation
-// in flight (its number, so that a late reply to an older one is dropped, and its
-// AbortController).
+// What the page knows and has asked: the server's settings (/frontend/settings), the languages
+// ({code: {name, targets}}), the models' pairs, the language detected in the text shown, and
+// the translation in flight (its number, so that a late reply to an older one is dropped, and
+// its AbortController).
 const state = {
-  settings: { charLimit: -1, keyRequired: false, apiKeys: false, filesTranslation: false },
+  settings: null,
   languages: new Map(),
   models: [],
   detected: undefined,
@@ -54,12 +50,10 @@ const filesTab = new FilesTab(() => ({ ...pair(), api_key: apiKey() }));
 
 // -- the server's settings, languages and models ------------------------------------------
 
-// LibreTranslate's /frontend/settings; a server without it publishes no limit and no files.
+// LibreTranslate's /frontend/settings: the character limit, keys, files, default languages, and
+// the pause after typing before the text is translated (`frontendTimeout`).
 async function loadSettings() {
-  const settings = await call("/frontend/settings").catch(() => null);
-  if (settings !== null) {
-    state.settings = settings;
-  }
+  state.settings = await call("/frontend/settings");
   page.apiKeyField.hidden = !(state.settings.keyRequired || state.settings.apiKeys);
   page.apiKey.required = Boolean(state.settings.keyRequired);
   page.apiKey.value = localStorage.getItem("api_key") || "";
@@ -67,7 +61,7 @@ async function loadSettings() {
     page.source.maxLength = state.settings.charLimit;
   }
   page.filesTab.hidden = !state.settings.filesTranslation;
-  filesTab.offer(state.settings.supportedFilesFormat || []);
+  filesTab.offer(state.settings.supportedFilesFormat);
 }
 
 async function loadLanguages() {
@@ -205,13 +199,15 @@ function keepInUrl() {
 
 function pickFromUrl() {
   const query = new URLSearchParams(location.search);
-  const defaults = state.settings.language || {};
-  const source = query.get("source") || defaults.source?.code;
+  const defaults = state.settings.language;
+  const source = query.get("source") || defaults.source.code;
   if ([...page.sourceLanguage.options].some((option) => option.value === source)) {
     page.sourceLanguage.value = source;
   }
-  fillTargets(query.get("target") || defaults.target?.code);
-  page.source.value = query.get("q") || "";
+  fillTargets(query.get("target") || defaults.target.code);
+  if (query.has("q")) {
+    page.source.value = query.get("q");
+  }
 }
 
 // -- translating ------------------------------------------------------------------------------
@@ -230,10 +226,18 @@ function countCharacters() {
   return over ? `The text is longer than the server's limit of ${limit} characters.` : null;
 }
 
+// Whether the settings and languages are loaded; a text typed before is translated then.
+function ready() {
+  return page.targetLanguage.options.length > 0;
+}
+
 function scheduleTranslation() {
+  if (!ready()) {
+    return;
+  }
   clearTimeout(state.timer);
   countCharacters();
-  state.timer = setTimeout(translateNow, state.settings.frontendTimeout ?? TYPING_PAUSE_MS);
+  state.timer = setTimeout(translateNow, state.settings.frontendTimeout);
 }
 
 function clearTranslation() {
@@ -246,6 +250,9 @@ function clearTranslation() {
 }
 
 async function translateNow() {
+  if (!ready()) {
+    return;
+  }
   clearTimeout(state.timer);
   state.inFlight?.abort();
   const request = ++state.request;
@@ -371,8 +378,7 @@ for (const tab of [page.textTab, page.filesTab]) {
 }
 
 async function start() {
-  await loadSettings();
-  await loadLanguages();
+  await Promise.all([loadSettings(), loadLanguages()]);
   pickFromUrl();
   countCharacters();
   if (page.source.value) {
