@@ -2,8 +2,8 @@
 
 - `server`: `ModelServer`, the ASGI application and gRPC server, their start and drain;
 - `apis`: TF Serving's REST (`rest`) and gRPC (`grpc_service`) APIs and LibreTranslate's
-  (`libretranslate`, with `alignment`, `api_keys`, `language_id`), what the HTTP ones share
-  (`http`), and their OpenAPI contract (`openapi`);
+  (`libretranslate`, with `file_translation`, `alignment`, `api_keys`, `language_id`), what the
+  HTTP ones share (`http`), and their OpenAPI contract (`openapi`);
 - `page`: the web page at `/` (`web_page`) and the contract's at `/docs` (`api_docs`);
 - `documents`: texts, HTML and document files (`formats`) as paragraphs of runs, split into
   sentences and put back, aligned (`sentences`, `runs`, `html_text`, `document`), hostile

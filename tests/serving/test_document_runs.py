@@ -119,5 +119,9 @@ def test_a_subtitle_translation_is_cut_into_as_many_lines():
         "Ein Mann geht",
         "die Straße entlang",
     ]
+    assert in_lines('<font color="red">Ein Mann</font> geht', 2) == [  # a tag is never cut
+        '<font color="red">Ein',
+        "Mann</font> geht",
+    ]
     assert in_lines("Kurz", 2) == ["Kurz"]
     assert in_lines("Eins zwei", 1) == ["Eins zwei"]

@@ -27,6 +27,7 @@ from keras_transformer.server.apis.libretranslate import (
 )
 from keras_transformer.server.documents import html_text, sentences
 from keras_transformer.server.documents.runs import Layout
+from keras_transformer.server.documents.settings import DocumentSettings
 from keras_transformer.server.settings import Network, ServerSettings
 
 
@@ -260,3 +261,17 @@ def test_api_keys_and_rate_limits_are_checked_before_anything_else(tmp_path):
         LibreTranslateSettings(require_api_key=True)
     with pytest.raises(ConfigError, match="req_limit -2 is below -1"):
         LibreTranslateSettings(req_limit=-2)
+
+
+class FilesOff(NoModels):
+    settings = ServerSettings(documents=DocumentSettings(files_translation=False))
+
+
+def test_files_translation_off_refuses_files_as_libretranslate_does():
+    app = TestClient(Starlette(routes=LibreTranslate(FilesOff()).routes()))
+    form = {"source": "en", "target": "de"}
+    reply = app.post("/translate_file", data=form, files={"file": ("a.txt", b"Hi.")})
+    assert (reply.status_code, reply.json()) == (
+        403,
+        {"error": "Files translation are disabled on this server."},
+    )

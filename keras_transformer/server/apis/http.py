@@ -1,5 +1,6 @@
-"""What the HTTP APIs share on the ASGI application: a request body read within its limits, JSON
-replies, and refusals (`ServingError`) answered as `{"error": ...}` with their status.
+"""What the HTTP APIs share on the ASGI application: a request body read within its limits, a
+multipart form parsed, JSON replies, and refusals (`ServingError`) answered as `{"error": ...}`
+with their status.
 
 The server (uvicorn) frames requests; a body is read here as it streams in, so that one larger
 than `max_body_bytes` is refused (413) as soon as its declared length or its bytes say so, and a
@@ -14,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
 import grpc
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from keras_transformer.server.errors import ServingError, too_large
+from keras_transformer.server.errors import ServingError, bad_request, too_large
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,26 @@ async def read_body(request: Request, max_body_bytes: int, socket_timeout_s: flo
             f"the client sent {len(body)} bytes of its body in {socket_timeout_s:g} s"
         ) from None
     return bytes(body)
+
+
+MALFORMED_MULTIPART = "Invalid request: malformed multipart/form-data body"
+
+
+async def multipart_form(headers, body: bytes, max_files: int):
+    """A multipart/form-data body (RFC 7578) parsed by python-multipart, with at most
+    `max_files` files (a form whose files Starlette spools to temporary files, named by
+    Python's `tempfile`). A body with no part at all is malformed."""
+
+    async def stream():
+        yield body
+
+    try:
+        form = await MultiPartParser(headers, stream(), max_files=max_files).parse()
+    except MultiPartException as error:
+        raise bad_request(f"{MALFORMED_MULTIPART} ({error})") from None
+    if not form:
+        raise bad_request(f"{MALFORMED_MULTIPART} (no part)")
+    return form
 
 
 def _too_large(size, limit) -> ServingError:

@@ -16,6 +16,12 @@ cross-origin request, errors included).
   multilingual model (each sentence is then led by the target's token, `>>fra<<`). It also
   takes the body that `libretranslatepy` sends with it.
 - `POST /detect`: `q` → `[{confidence, language}]`, over the languages the models translate from.
+- `POST /translate_file`: multipart `file`, `source`, `target`, `api_key` →
+  `{"translatedFileUrl"}`, where `GET /download_file/{name}` gives the translated document
+  until it expires (`file_translation`; docs/DOCUMENTS.md).
+- `GET /frontend/settings`: the settings LibreTranslate's page reads, from this server's;
+  `POST /suggest`: refused (403) after the access check, as LibreTranslate refuses it with
+  suggestions off; `GET /health`: `{"status": "ok"}`.
 - `OPTIONS` on each: the CORS preflight;
 - `GET /spec`: the API's OpenAPI contract (`openapi`), where LibreTranslate publishes its own.
 
@@ -23,16 +29,18 @@ Bodies are JSON, or forms (`application/x-www-form-urlencoded`, `multipart/form-
 python-multipart) with the query string's parameters, read within the server's body limits.
 Errors are `{"error": ...}` (`errors.ServingError`): 400 for bad or missing input, 403 for an
 unknown API key, 429 over a rate limit (`api_keys`, counted by `limits` in memory or in Redis),
-405 for another method. The access check and the translation run in the server's worker
-threads, off the event loop.
+405 for another method, 413 and 415 for a document too large or of another format. The access
+check and the translation run in the server's worker threads, off the event loop.
 
-Each text is split into sentences (`sentences`; HTML into the sentences of its text nodes,
-`html_text`), and all the sentences of a request are translated by one `translate_options` call,
-batched by the server with other requests to the same model, then joined back with the text's
-own spacing and markup. A sentence whose subwords (`source_lengths`) exceed the model's
-`max_length` is split at its clauses, then at spaces, rather than cut by the model; a word longer
-than that is refused. A request of more sentences than the server's `max_sentences_per_request`
-is refused.
+Each text is split into sentences (`documents.sentences`), and all the sentences of a request
+are translated by one `translate_options` call, batched by the server with other requests to
+the same model, then joined back with the text's own spacing. HTML and documents are
+paragraphs of runs (`documents.html_text`, `documents.formats`): each sentence is translated
+whole across its runs and put back into them by the word alignment that the `attention`
+signature gives (`alignment`, `ModelSentences`). A sentence whose subwords (`source_lengths`)
+exceed the model's `max_length` is split at its clauses, then at spaces, rather than cut by the
+model; a word longer than that is refused. A request of more sentences than the server's
+`max_sentences_per_request` is refused; a document's go in requests of that many.
 """
 
 import json
@@ -41,10 +49,9 @@ import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from starlette import routing
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,7 +61,12 @@ from keras_transformer.search_settings import SearchSettings
 from keras_transformer.server.apis import openapi
 from keras_transformer.server.apis.alignment import alignment_layer, word_links
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
-from keras_transformer.server.apis.http import answered, json_reply, read_body
+from keras_transformer.server.apis.file_translation import (
+    DOWNLOAD_PATH,
+    FileTranslation,
+    file_parameters,
+)
+from keras_transformer.server.apis.http import answered, json_reply, multipart_form, read_body
 from keras_transformer.server.apis.language_id import (
     DetectorMissing,
     LanguageIdentifier,
@@ -62,18 +74,9 @@ from keras_transformer.server.apis.language_id import (
     public_code,
 )
 from keras_transformer.server.documents import document, formats, html_text, sentences
-from keras_transformer.server.documents.checks import extension, refuse_macro_extension
-from keras_transformer.server.documents.downloads import Downloads
 from keras_transformer.server.documents.runs import Layout, Links
 from keras_transformer.server.documents.sentences import Piece
-from keras_transformer.server.errors import (
-    bad_request,
-    forbidden,
-    not_found,
-    too_large,
-    too_many_requests,
-    unsupported_media_type,
-)
+from keras_transformer.server.errors import bad_request, forbidden, too_many_requests
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +89,6 @@ METHODS = {
     "/frontend/settings": "GET",
     "/health": "GET",
 }
-DOWNLOAD_PATH = "/download_file/{name}"  # LibreTranslate's
-DETECTION_PARAGRAPHS = 50  # a document's first paragraphs tell its language (`source: auto`)
 
 # LibreTranslate's (its after_request): any origin may call the API from a browser.
 CORS = {
@@ -231,8 +232,7 @@ class LibreTranslate:
     ):
         self.server = server
         self.settings = settings
-        self.documents = server.settings.documents
-        self.downloads = Downloads(self.documents.download_expiry_s, clock or time.monotonic)
+        self.files = FileTranslation(self, server.settings.documents, clock or time.monotonic)
         # None: no keys file, and a key given is not looked at (LibreTranslate without --api-keys)
         self.api_keys = read_api_keys(settings.api_keys) if settings.api_keys else None
         self.limiter = RateLimits(settings.rate_limit_storage)
@@ -262,7 +262,7 @@ class LibreTranslate:
         OpenAPI contract."""
         endpoint = answered(self._answer, lambda error: f"Cannot translate text: {error}")
         app = LibreTranslateCors(routing.request_response(endpoint), **CORS)
-        download = answered(self._download)
+        download = answered(self.files.download)
         download_app = LibreTranslateCors(routing.request_response(download), **CORS)
         return [
             *(routing.Route(path, app) for path in METHODS),
@@ -280,14 +280,16 @@ class LibreTranslate:
         path = request.url.path
         if path == "/health":
             return json_reply({"status": "ok"})
-        if path in ("/languages", "/frontend/settings"):  # not counted, as LibreTranslate's
-            return json_reply(await self.server.call(self.uncounted[path], self))
+        if path == "/languages":  # not counted, as LibreTranslate's is not
+            return json_reply(await self.server.call(self.languages))
+        if path == "/frontend/settings":  # nor this
+            return json_reply(await self.server.call(self.frontend_settings))
         client = request.client.host if request.client else ""
         network = self.server.settings.network
         if path == "/translate_file":
             params, upload = await file_parameters(request, network)
             base_url = str(request.base_url)
-            reply = await self.server.call(self.translate_file, params, upload, client, base_url)
+            reply = await self.server.call(self.files.translate, params, upload, client, base_url)
             return json_reply(reply)
         params, is_json = await parameters(request, network)
         return json_reply(await self.server.call(self.answer, path, params, is_json, client))
@@ -295,7 +297,7 @@ class LibreTranslate:
     def answer(self, path, params, is_json, client):
         """The reply of `/detect`, `/translate` or `/suggest` to `params`, in a worker thread,
         after the access check."""
-        key = self._access(params, client)
+        key = self.access(params, client)
         if path == "/suggest":  # as LibreTranslate answers when suggestions are off
             raise forbidden("Suggestions are disabled on this server.")
         if path == "/detect":
@@ -304,7 +306,7 @@ class LibreTranslate:
 
     # -- access: API keys and rate limits ------------------------------------------------------
 
-    def _access(self, params, client) -> ApiKey:
+    def access(self, params, client) -> ApiKey:
         """The limits of the request's API key (the server's without one); refuses an unknown
         key (403), a missing one where keys are required (400), and a request over its rate
         limit (429)."""
@@ -339,7 +341,7 @@ class LibreTranslate:
         """LibreTranslate's `/frontend/settings`, from this server's settings and models: the
         page's defaults are detection (or the first source) and the first target."""
         pairs = sorted(routes(self.server.models.available()))
-        files = self.documents.files_translation
+        files = self.files.settings.files_translation
         target = pairs[0][1] if pairs else "en"
         return {
             "charLimit": self.settings.char_limit,
@@ -354,8 +356,6 @@ class LibreTranslate:
                 "target": {"code": target, "name": language_name(target)},
             },
         }
-
-    uncounted = {"/languages": languages, "/frontend/settings": frontend_settings}
 
     def detect(self, params) -> list[dict]:
         q = params.get("q")
@@ -392,7 +392,7 @@ class LibreTranslate:
         if not is_json:  # a form's line ends as LibreTranslate counts them: LF only
             texts = ["\n".join(text.splitlines()) for text in texts]
         self._check_sizes(texts, isinstance(q, list), key)
-        route, detected = self._route(source, target, texts)
+        route, detected = self.pair_route(source, target, texts)
         text_format = params.get("format") or "text"
         if text_format not in ("text", "html"):
             raise bad_request(f"{text_format} format is not supported")
@@ -405,7 +405,7 @@ class LibreTranslate:
             result["alternatives"] = other[0] if one else other
         return result
 
-    def _route(self, source, target, texts) -> tuple[Route, dict | None]:
+    def pair_route(self, source, target, texts) -> tuple[Route, dict | None]:
         """The route of a request's languages, and the language detected (`source: auto`)."""
         pairs = routes(self.server.models.available())
         detected = None
@@ -440,61 +440,6 @@ class LibreTranslate:
                     f"Invalid request: request ({len(text)}) exceeds text limit ({char_limit})"
                 )
 
-    # -- documents ------------------------------------------------------------------------------
-
-    def translate_file(self, params, upload, client, base_url) -> dict:
-        """`/translate_file`: the document `upload` (file name, bytes) translated and stored
-        (`downloads`), refused in words before any translation (`documents.checks`)."""
-        self._access(params, client)
-        if not self.documents.files_translation:
-            raise forbidden("Files translation are disabled on this server.")
-        for name, value in (("file", upload), ("source", params.get("source"))):
-            if not value:
-                raise bad_request(f"Invalid request: missing {name} parameter")
-        if not params.get("target"):
-            raise bad_request("Invalid request: missing target parameter")
-        filename, data = upload
-        if not filename:
-            raise bad_request("Invalid request: empty file")
-        suffix = extension(filename)
-        refuse_macro_extension(suffix)
-        if suffix not in formats.BY_EXTENSION:
-            raise unsupported_media_type(
-                f"Invalid request: file format not supported ({suffix or 'no extension'}; "
-                f"supported: {', '.join(formats.EXTENSIONS)})"
-            )
-        if len(data) > self.documents.max_file_bytes:
-            raise too_large(
-                f"Invalid request: the file has {len(data)} bytes, over the server's limit of "
-                f"{self.documents.max_file_bytes} (max_file_bytes)"
-            )
-        module = formats.BY_EXTENSION[suffix]
-        read = module.read(data, self.documents)
-        sample = ["".join(runs) for runs in read.paragraphs[:DETECTION_PARAGRAPHS]]
-        route, _ = self._route(params["source"], params["target"], sample)
-        translated = document.translate(
-            read, ModelSentences(self, route, chunked=True), self.documents.max_file_sentences
-        )
-        name = self.downloads.store(
-            translated, download_name(filename, params["target"]), module.MEDIA_TYPE
-        )
-        return {"translatedFileUrl": f"{base_url}download_file/{name}"}
-
-    async def _download(self, request: Request) -> Response:
-        """A translated document, by the name `/translate_file` gave it, until it expires."""
-        if request.method not in ("GET", "HEAD"):
-            allow = {"Allow": "GET, HEAD, OPTIONS"}
-            return json_reply({"error": "Method Not Allowed"}, HTTPStatus.METHOD_NOT_ALLOWED, allow)
-        found = self.downloads.fetch(request.path_params["name"])
-        if found is None:
-            raise not_found("Not Found: no such file, or it has expired")
-        stored, data = found
-        return Response(
-            data,
-            media_type=stored.media_type,
-            headers={"Content-Disposition": content_disposition(stored.filename)},
-        )
-
     # -- translation ---------------------------------------------------------------------------
 
     def _translated(self, route: Route, texts, html, alternatives) -> tuple[list, list]:
@@ -526,13 +471,17 @@ class LibreTranslate:
         the words aligned to theirs (`html_text`)."""
         pages = [html_text.read(text) for text in texts]
         paragraphs = [runs for page in pages for runs in page.paragraphs]
-        translated = document.translated_runs(Layout(paragraphs), ModelSentences(self, route))
+        translated = document.translated_runs(Layout(paragraphs), self.model_sentences(route))
         results, start = [], 0
         for page in pages:
             end = start + len(page.paragraphs)
             results.append(page.write(translated[start:end]))
             start = end
         return results
+
+    def model_sentences(self, route: Route, chunked: bool = False) -> "ModelSentences":
+        """The sentences of `route`'s model, translated and aligned (`ModelSentences`)."""
+        return ModelSentences(self, route, chunked)
 
     def _fitted(self, route: Route, documents: list[list[Piece]]) -> list[list[Piece]]:
         """`documents` with every sentence longer than the model's `max_length` subwords split
@@ -667,22 +616,6 @@ class ModelSentences:
         return links
 
 
-def download_name(filename: str, target: str) -> str:
-    """The name a translation is downloaded under: the client's file name (without its
-    folders), with the target's code before its extension, as LibreTranslate names it."""
-    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
-    stem, dot, suffix = name.rpartition(".")
-    return f"{stem}_{target}.{suffix}" if dot and stem else f"{name}_{target}"
-
-
-def content_disposition(filename: str) -> str:
-    """An attachment's header with its name (RFC 6266): an ASCII fallback and the UTF-8 one."""
-    fallback = "".join(
-        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
-    )
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
-
-
 def text_list(q) -> list[str]:
     """`q` as a list of texts: a string, or a list of strings."""
     texts = q if isinstance(q, list) else [q]
@@ -713,25 +646,6 @@ async def parameters(request: Request, network) -> tuple[dict, bool]:
     return values | dict(request.query_params), False
 
 
-async def file_parameters(request: Request, network) -> tuple[dict, tuple[str, bytes] | None]:
-    """The fields of a multipart/form-data body with its one file: (fields and the query
-    string's parameters, (the file's name, its bytes) or None); read within `network`'s
-    limits."""
-    body = await read_body(request, network.max_body_bytes, network.socket_timeout_s)
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type != "multipart/form-data":
-        raise bad_request("Invalid request: a file is sent as multipart/form-data")
-    form = await _multipart(request.headers, body, max_files=1)
-    fields, upload = {}, None
-    for name, value in form.multi_items():
-        if isinstance(value, str):
-            fields.setdefault(name, value)
-        elif name == "file":
-            upload = (value.filename or "", await value.read())
-    await form.close()
-    return fields | dict(request.query_params), upload
-
-
 def form_fields(body: bytes) -> dict:
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, errors="strict")
@@ -740,28 +654,9 @@ def form_fields(body: bytes) -> dict:
     return {name: value[0] for name, value in fields.items()}
 
 
-MALFORMED_MULTIPART = "Invalid request: malformed multipart/form-data body"
-
-
-async def _multipart(headers, body: bytes, max_files: int):
-    """A multipart/form-data body (RFC 7578) parsed by python-multipart, with at most
-    `max_files` files. A body with no part at all is malformed."""
-
-    async def stream():
-        yield body
-
-    try:
-        form = await MultiPartParser(headers, stream(), max_files=max_files).parse()
-    except MultiPartException as error:
-        raise bad_request(f"{MALFORMED_MULTIPART} ({error})") from None
-    if not form:
-        raise bad_request(f"{MALFORMED_MULTIPART} (no part)")
-    return form
-
-
 async def multipart_fields(headers, body: bytes) -> dict:
     """The text fields of a multipart/form-data body; files are left out."""
-    form = await _multipart(headers, body, max_files=0)
+    form = await multipart_form(headers, body, max_files=0)
     fields = {}
     for name, value in form.multi_items():
         if isinstance(value, str):

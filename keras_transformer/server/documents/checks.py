@@ -6,10 +6,11 @@ Every refusal says why, with its status, before any translation:
   415;
 - content that is not what the extension says (a zip named `.txt`, a `.docx` without
   `word/document.xml`, an `.odt` whose `mimetype` is another): 415;
-- a zip-based document (.docx, .odt, .pptx, .epub) whose members, as its central directory
+- a zip-based document (.docx, .odt, .odp, .pptx, .epub) whose members, as its central directory
   declares them (Python's `zipfile` never unpacks more than a member declares), unpack to more
   than `max_unpacked_bytes`, or to more than `max_compression_ratio` times the file (a zip
-  bomb): 413, before a member is unpacked;
+  bomb): 413, before a member is unpacked; a member holding more than it declares is cut at its
+  declared size, fails its CRC and is refused as broken (400);
 - macros: a VBA project (`vbaProject.bin`), a macro-enabled content type, or OpenDocument's
   `Basic/` and `Scripts/`: 415, so that none is carried into a translation (none is ever run);
 - XML that declares entities (the "billion laughs") or refers to external ones (XXE): 400. Each
@@ -35,7 +36,6 @@ BINARY_MAGIC = {
     b"%PDF": "a PDF file",
     b"\xd0\xcf\x11\xe0": "an OLE2 (old Office) file",
     b"\x7fELF": "an executable",
-    b"MZ": "an executable",
 }
 MACRO_EXTENSIONS = frozenset({".docm", ".dotm", ".pptm", ".potm", ".ppsm", ".xlsm", ".odb"})
 MACRO_MEMBERS = ("vbaproject.bin", "vbadata.xml")

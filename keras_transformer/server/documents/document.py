@@ -34,7 +34,10 @@ def of_runs(runs: Sequence[Sequence], save: Callable, attribute: str = "text") -
     def write(paragraphs) -> bytes:
         for paragraph_runs, texts in zip(runs, paragraphs, strict=True):
             for run, text in zip(paragraph_runs, texts, strict=True):
-                setattr(run, attribute, text)
+                # A run left as it was is not rewritten: python-docx's setter would drop what
+                # else it holds (a picture, a field's code).
+                if getattr(run, attribute) != text:
+                    setattr(run, attribute, text)
         out = io.BytesIO()
         save(out)
         return out.getvalue()

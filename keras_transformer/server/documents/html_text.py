@@ -52,6 +52,7 @@ class HtmlText:
     around them; `write` puts new runs in their place."""
 
     paragraphs: list[list[str]]
+    entities: bool  # whether text is read unescaped and written escaped
     _pieces: list  # markup strings, and None where the next paragraph goes
     _glue: list[list[str]]  # each paragraph's inline markup, one between two runs
 
@@ -63,21 +64,26 @@ class HtmlText:
                 out.append(piece)
                 continue
             runs, glue = next(next_paragraph)
-            out.append(html.escape(runs[0], quote=False))
+            out.append(self._escaped(runs[0]))
             for markup, run in zip(glue, runs[1:], strict=True):
-                out += [markup, html.escape(run, quote=False)]
+                out += [markup, self._escaped(run)]
         return "".join(out)
 
+    def _escaped(self, text: str) -> str:
+        return html.escape(text, quote=False) if self.entities else text
 
-def read(text: str) -> HtmlText:
-    """`text` cut into its markup and the paragraphs of its text (the module docstring)."""
-    page = HtmlText([], [], [])
+
+def read(text: str, entities: bool = True) -> HtmlText:
+    """`text` cut into its markup and the paragraphs of its text (the module docstring);
+    without `entities`, text that is not HTML but holds its tags (a subtitle's `<i>`), read and
+    written as it is."""
+    page = HtmlText([], entities, [], [])
     runs, glue, end, raw = [""], [], 0, None  # raw: the element whose text is being kept
 
     def close_paragraph():
         nonlocal runs, glue
         if any(run.strip() for run in runs):
-            page.paragraphs.append([html.unescape(run) for run in runs])
+            page.paragraphs.append([html.unescape(run) if entities else run for run in runs])
             page._glue.append(glue)
             page._pieces.append(None)
         else:  # nothing to translate: kept as written

@@ -24,8 +24,8 @@ class DocumentSettings:
     max_unpacked_bytes: int = field(
         default=64 * 1024 * 1024,
         metadata={
-            "help": "bytes of a zip-based document (.docx, .odt, .pptx, .epub) once unpacked, "
-            "as its directory declares them, checked before unpacking; beyond: 413"
+            "help": "bytes of a zip-based document (.docx, .odt, .odp, .pptx, .epub) once "
+            "unpacked, as its directory declares them, checked before unpacking; beyond: 413"
         },
     )
     max_compression_ratio: int = field(
