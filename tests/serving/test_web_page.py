@@ -292,6 +292,16 @@ def unpadded(pieces):
     return pieces[: pieces.index("")] if "" in pieces else pieces
 
 
+# The page's controls that have no name a screen reader could say: no <label>, no aria-label or
+# aria-labelledby, no text of their own.
+UNLABELLED = """
+return [...document.querySelectorAll("button, select, textarea, input, summary, output")]
+  .filter((control) => !(control.labels?.length || control.getAttribute("aria-label") ||
+                         control.getAttribute("aria-labelledby") || control.textContent.trim()))
+  .map((control) => control.outerHTML);
+"""
+
+
 def clipboard(driver) -> str:
     return driver.execute_async_script(
         "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](`${e}`))"
@@ -366,6 +376,7 @@ def test_pick_a_pair_type_copy_and_inspect(browser, server, shots, size):
     press(browser, "#cross-head", Keys.ARROW_DOWN)  # a head: the first after the average
     assert map_of(browser, "cross")[2] == pytest.approx(cross[-1][0])
 
+    assert browser.execute_script(UNLABELLED) == []
     assert not scrolls_sideways(browser), f"the page scrolls horizontally at {size}"
     screenshot(browser, shots / f"translator-{size}.png")
     assert console_errors(browser) == []
