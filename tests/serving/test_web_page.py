@@ -1,7 +1,10 @@
 """The web page at / (server/page/web_page.py) in a real browser: headless Chromium (Debian's
 `chromium` and `chromium-driver`) driven by selenium, over a `ModelServer` of the session's tiny
-export. It is typed with the keyboard and checked against the model's own signatures, at desktop
-size and at 390×844; screenshots are saved under the test's temporary folder.
+export served as three models (English into German; into French and Czech, multilingual; and a
+copy that says it translates German into English, so that a swap has a way back). The page is
+driven by keyboard where a person could, at desktop size and at 390×844, and checked against the
+server's own answers: LibreTranslate's `/translate`, the `translate_options` and `attention`
+signatures. Screenshots are saved under $KT_SCREENSHOT_DIR, or the test's temporary folder.
 
 Without Chromium the browser tests skip, saying why, unless KT_REQUIRE_BROWSER=1 (as `.ci/run`
 sets it), where they fail.
@@ -9,14 +12,20 @@ sets it), where they fail.
 
 import base64
 import importlib.util
+import json
 import os
+import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import numpy as np
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
+from keras_transformer.export.layout import MODEL_INFO
 from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.model_manager import ModelManager
@@ -29,11 +38,16 @@ from waiting import wait_until
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REQUIRE_BROWSER = "KT_REQUIRE_BROWSER"
+SCREENSHOT_DIR = "KT_SCREENSHOT_DIR"
 
-NAME, MULTILINGUAL = "m30k-ende", "opus-mt-en-mul"  # listed in this order
+NAME, MULTILINGUAL, REVERSED = "m30k-ende", "opus-mt-en-mul", "reversed-deen"
 SENTENCE = "A man in a blue shirt is riding a bike."
-SEARCH = {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # the page's: §6.1's
-PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+CHAR_LIMIT = 200
+SEARCH = {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # the Inspect panel's: §6.1's
+SIZES = {
+    "desktop": {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+    "phone": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
+}
 
 
 def page_alone() -> TestClient:
@@ -44,8 +58,11 @@ def page_alone() -> TestClient:
 def test_the_page_files_only_by_get():
     page = page_alone()
     assert page.get("/").headers["Content-Type"] == "text/html; charset=utf-8"
-    assert page.get("/static/app.js").headers["Content-Type"] == "text/javascript; charset=utf-8"
+    for script in ("app.js", "inspect.js", "files.js", "server.js"):
+        content_type = page.get(f"/static/{script}").headers["Content-Type"]
+        assert content_type == "text/javascript; charset=utf-8"
     assert page.get("/static/style.css").headers["Content-Type"] == "text/css; charset=utf-8"
+    assert page.get("/static/favicon.svg").headers["Content-Type"] == "image/svg+xml"
     assert page.get("/static/web_page.py").status_code == 404  # the files, not the folder
     assert page.get("/v1/models").status_code == 404
     assert page.post("/", content=b"{}").status_code == 405
@@ -72,8 +89,14 @@ def missing_browser() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """One headless Chromium for the module's tests; its console kept for the checks."""
+def downloads(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads):
+    """One headless Chromium for the module's tests, allowed the clipboard and to download into
+    `downloads`; its console kept for the checks."""
     why = missing_browser()
     if why and os.environ.get(REQUIRE_BROWSER) == "1":
         pytest.fail(f"{why}, and {REQUIRE_BROWSER}=1 requires the browser test")
@@ -89,24 +112,78 @@ def browser():
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # The driver named: Selenium Manager would download one, which fails offline.
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    permissions = ["clipboardReadWrite", "clipboardSanitizedWrite"]
+    driver.execute_cdp_cmd("Browser.grantPermissions", {"permissions": permissions})
+    driver.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
+    )
     yield driver
     driver.quit()
 
 
 @pytest.fixture(scope="module")
-def server(exported, multilingual):
-    models = ModelManager([ServedModel(NAME, exported), ServedModel(MULTILINGUAL, multilingual)])
+def reversed_model(exported, tmp_path_factory):
+    """A copy of `exported` whose model_info.json says it translates German into English."""
+    base = tmp_path_factory.mktemp("reversed") / REVERSED
+    shutil.copytree(exported, base)
+    info_path = base / "1" / MODEL_INFO
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps(info | {"source_language": "de", "target_language": "en"}))
+    return base
+
+
+@pytest.fixture(scope="module")
+def server(exported, multilingual, reversed_model):
+    models = ModelManager(
+        [
+            ServedModel(NAME, exported),
+            ServedModel(MULTILINGUAL, multilingual),
+            ServedModel(REVERSED, reversed_model),
+        ]
+    )
     server = ModelServer(models, server_settings())
     server.start()
-    LibreTranslate.add_to(server, LibreTranslateSettings())  # as `serve` does: /languages
+    LibreTranslate.add_to(server, LibreTranslateSettings(char_limit=CHAR_LIMIT))  # as `serve`
     server.add_routes(WebPage().routes() + api_docs().routes())  # as `serve` does
     yield server
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where screenshots go: $KT_SCREENSHOT_DIR, or the module's temporary folder."""
+    folder = os.environ.get(SCREENSHOT_DIR)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return Path(folder)
+    return tmp_path_factory.mktemp("screenshots")
+
+
 def predict(server, signature_name, inputs, name=NAME) -> dict:
     """The outputs of `signature_name` for `inputs`, asked of the server as any client would."""
     return predict_outputs(server, name, signature_name, inputs)
+
+
+def answer(server, **body) -> tuple[int, dict]:
+    """(status, reply) of LibreTranslate's `/translate` to the JSON `body`, asked as any client
+    would."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.rest_port}/translate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def translated(server, **body) -> dict:
+    """The reply of `/translate` to `body`, which it translates."""
+    status, reply = answer(server, **body)
+    assert status == 200, reply
+    return reply
 
 
 def screenshot(driver, path: Path):
@@ -132,16 +209,60 @@ def elements(driver, css):
     return driver.find_elements(By.CSS_SELECTOR, css)
 
 
-def load(driver, server):
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    driver.get(f"http://127.0.0.1:{server.rest_port}/")
-    wait_until(lambda: elements(driver, "#model option") or element(driver, "#error").text)
-    assert element(driver, "#error").text == ""
+def load(driver, server, size="desktop", query="", error=""):
+    """The page at `size`, its languages loaded, showing `error` (none by default)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", SIZES[size])
+    driver.get(f"http://127.0.0.1:{server.rest_port}/{query}")
+    wait_until(lambda: elements(driver, "#target-language option") or error_shown(driver))
+    assert error_shown(driver) == error
+
+
+def link(source, target, q) -> str:
+    """The query of a link to the page's translation of `q`, as LibreTranslate's page has it."""
+    return "?" + urlencode({"source": source, "target": target, "q": q})
+
+
+def error_shown(driver) -> str:
+    return " ".join(node.text for node in elements(driver, "[role=alert]")).strip()
 
 
 def text_of(node) -> str:
     """The text as the page set it (selenium's `.text` trims and collapses spaces)."""
     return node.get_attribute("textContent")
+
+
+def options_of(driver, css) -> list[str]:
+    return [option.text for option in elements(driver, f"{css} option")]
+
+
+def translation_shown(driver) -> str:
+    return text_of(element(driver, "#translation"))
+
+
+def wait_for_translation(driver, expected: str):
+    wait_until(lambda: translation_shown(driver) == expected or error_shown(driver))
+    assert error_shown(driver) == ""
+
+
+def press(driver, css, *keys):
+    """Focus `css` by script (as Tab would reach it) and press `keys` there."""
+    node = element(driver, css)
+    driver.execute_script("arguments[0].focus()", node)
+    assert driver.switch_to.active_element == node
+    driver.switch_to.active_element.send_keys(*keys)
+
+
+def console_errors(driver) -> list[str]:
+    """The console's errors since the last call: script errors, refused resources, failed loads
+    (a missing favicon is one)."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def scrolls_sideways(driver) -> bool:
+    width, client_width = driver.execute_script(
+        "const root = document.documentElement; return [root.scrollWidth, root.clientWidth]"
+    )
+    return width > client_width
 
 
 # A heat map as the page drew it, read in one call rather than a WebDriver request per cell.
@@ -171,25 +292,69 @@ def unpadded(pieces):
     return pieces[: pieces.index("")] if "" in pieces else pieces
 
 
+# The page's controls that have no name a screen reader could say: no <label>, no aria-label or
+# aria-labelledby, no text of their own.
+UNLABELLED = """
+return [...document.querySelectorAll("button, select, textarea, input, summary, output")]
+  .filter((control) => !(control.labels?.length || control.getAttribute("aria-label") ||
+                         control.getAttribute("aria-labelledby") || control.textContent.trim()))
+  .map((control) => control.outerHTML);
+"""
+
+
+def clipboard(driver) -> str:
+    return driver.execute_async_script(
+        "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](`${e}`))"
+    )
+
+
 @pytest.mark.slow  # a browser process
-def test_translate_by_keyboard_with_n_best_and_heat_maps(browser, server, tmp_path):
+@pytest.mark.parametrize("size", SIZES)
+def test_pick_a_pair_type_copy_and_inspect(browser, server, shots, size):
     from selenium.webdriver.common.keys import Keys
 
-    load(browser, server)
+    console_errors(browser)  # the log so far: the previous tests'
+    load(browser, server, size)
     assert browser.execute_script("return document.documentElement.lang") == "en"
-    assert element(browser, "#model option").text == f"{NAME} (en→de)"
-    assert element(browser, "#model-details").text.startswith("English → German · version 1 · ")
-    # The model, then the text: Tab twice from the page's start.
+    assert options_of(browser, "#source-language") == ["Detect the language", "English", "German"]
+    # The pair by keyboard: Tab from the page's start reaches the tab, then the source.
     for _ in range(2):
         browser.switch_to.active_element.send_keys(Keys.TAB)
-    assert browser.switch_to.active_element.get_attribute("id") == "source"
-    browser.switch_to.active_element.send_keys(SENTENCE, Keys.ENTER)
-    wait_until(lambda: elements(browser, "#self-map td") or element(browser, "#error").text)
-    assert element(browser, "#error").text == ""
+    assert browser.switch_to.active_element.get_attribute("id") == "source-language"
+    browser.switch_to.active_element.send_keys("English")
+    assert options_of(browser, "#target-language") == ["Czech", "French", "German"]
+    press(browser, "#target-language", "German")
+    press(browser, "#source", SENTENCE)  # no key pressed after the text: it translates itself
+    expected = translated(server, q=SENTENCE, source="en", target="de")["translatedText"]
+    wait_for_translation(browser, expected)
+    assert parse_qs(urlsplit(browser.current_url).query) == {
+        "source": ["en"],
+        "target": ["de"],
+        "q": [SENTENCE],
+    }
+    assert element(browser, "#char-count").text == f"{len(SENTENCE)} / {CHAR_LIMIT}"
 
-    expected = predict(server, "translate_options", {"text": [SENTENCE], **SEARCH})
-    assert text_of(element(browser, "#translation")) == expected["translations"][0]
-    hypotheses = zip(expected["n_best_translations"][0], expected["n_best_scores"][0], strict=True)
+    press(browser, "#copy", Keys.ENTER)
+    wait_until(lambda: element(browser, "#status").text == "Copied.")
+    assert clipboard(browser) == expected
+    focus = "return getComputedStyle(document.activeElement).outlineStyle"
+    assert browser.execute_script(focus) == "solid"  # a visible focus ring
+    # Served over plain HTTP (no Clipboard API): the selection copied instead.
+    browser.execute_script(
+        "navigator.clipboard.writeText('before');"
+        "Object.defineProperty(navigator, 'clipboard', {value: undefined, configurable: true})"
+    )
+    press(browser, "#copy", Keys.ENTER)
+    browser.execute_script("delete navigator.clipboard")  # the API back, to read the clipboard
+    assert (clipboard(browser), error_shown(browser)) == (expected, "")
+
+    # Inspect, opened by keyboard: the n-best list and the heat maps, as the signatures have them.
+    press(browser, "#inspect summary", Keys.ENTER)
+    wait_until(lambda: elements(browser, "#self-map td") or error_shown(browser))
+    assert error_shown(browser) == ""
+    assert element(browser, "#model-details").text.startswith(f"Model {NAME}, version 1, ")
+    options = predict(server, "translate_options", {"text": [SENTENCE], **SEARCH})
+    hypotheses = zip(options["n_best_translations"][0], options["n_best_scores"][0], strict=True)
     n_best = [(text, score) for text, score in hypotheses if text]  # empty slots left out
     buttons = elements(browser, "#n-best li button")
     assert [text_of(b.find_element("css selector", ".hypothesis")) for b in buttons] == [
@@ -198,10 +363,8 @@ def test_translate_by_keyboard_with_n_best_and_heat_maps(browser, server, tmp_pa
     scores = [b.find_element("css selector", ".score").get_attribute("data-score") for b in buttons]
     assert [float(s) for s in scores] == pytest.approx([score for _, score in n_best], abs=1e-5)
     assert buttons[0].get_attribute("aria-pressed") == "true"
-
-    attention = predict(
-        server, "attention", {"text": [SENTENCE], "translation": [expected["translations"][0]]}
-    )
+    best = options["translations"][0]
+    attention = predict(server, "attention", {"text": [SENTENCE], "translation": [best]})
     source = unpadded(attention["source_pieces"][0])
     target = unpadded(attention["target_pieces"][0])
     cross = np.array(attention["encoder_decoder_attention"][0])[:, :, : len(target), : len(source)]
@@ -210,36 +373,72 @@ def test_translate_by_keyboard_with_n_best_and_heat_maps(browser, server, tmp_pa
     check_map(browser, "cross", source, target, cross[-1].mean(0))
     check_map(browser, "self", source, source, encoder[-1].mean(0))
     assert map_of(browser, "cross")[2].sum(1) == pytest.approx(1, abs=1e-4)  # softmax rows
-    screenshot(browser, tmp_path / "desktop.png")
-
-    # A head chosen by keyboard: the first after the average.
-    element(browser, "#cross-head").send_keys(Keys.ARROW_DOWN)
+    press(browser, "#cross-head", Keys.ARROW_DOWN)  # a head: the first after the average
     assert map_of(browser, "cross")[2] == pytest.approx(cross[-1][0])
 
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
-    assert browser.execute_script("return innerWidth") == PHONE["width"]
-    width, client_width = browser.execute_script(
-        "const root = document.documentElement; return [root.scrollWidth, root.clientWidth]"
-    )
-    assert width <= client_width, "the page scrolls horizontally at 390×844"
-    check_map(browser, "self", source, source, encoder[-1].mean(0))
-    screenshot(browser, tmp_path / "phone.png")
+    assert browser.execute_script(UNLABELLED) == []
+    assert not scrolls_sideways(browser), f"the page scrolls horizontally at {size}"
+    screenshot(browser, shots / f"translator-{size}.png")
+    assert console_errors(browser) == []
+
+
+# The page's requests to /translate counted, and the answer (or the abort) of the next one after
+# `holdNext` is set held back a second (then `heldDone`), as a slow server would.
+WATCH_TRANSLATE = """
+Object.assign(window, { translateRequests: 0, holdNext: false, heldDone: false });
+const original = window.fetch;
+window.fetch = async (path, options) => {
+  if (path !== "/translate") return original(path, options);
+  window.translateRequests += 1;
+  const held = window.holdNext;
+  window.holdNext = false;
+  try {
+    return await original(path, options);  // or the AbortError of a request dropped
+  } finally {
+    if (held) {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      window.heldDone = true;
+    }
+  }
+};
+"""
+
+
+@pytest.mark.slow  # a browser process
+def test_typing_asks_once_and_a_late_answer_is_dropped(browser, server):
+    from selenium.webdriver.common.keys import Keys
+
+    def translation_of(text):
+        return translated(server, q=text, source="en", target="de")["translatedText"]
+
+    load(browser, server, query=link("en", "de", ""))
+    browser.execute_script(WATCH_TRANSLATE)
+    press(browser, "#source", SENTENCE)  # a keystroke each character, one request after them
+    wait_for_translation(browser, translation_of(SENTENCE))
+    assert browser.execute_script("return translateRequests") == 1
+
+    # The answer to an older text, coming after the answer to the newer one, is not shown.
+    older, newer = f"{SENTENCE} Two dogs.", f"{SENTENCE} Two dogs. A cat."
+    assert translation_of(older) != translation_of(newer)  # the test can tell them apart
+    browser.execute_script("holdNext = true")
+    press(browser, "#source", " Two dogs.", Keys.CONTROL, Keys.ENTER)
+    press(browser, "#source", " A cat.", Keys.CONTROL, Keys.ENTER)
+    wait_for_translation(browser, translation_of(newer))
+    wait_until(lambda: browser.execute_script("return heldDone"))
+    assert translation_shown(browser) == translation_of(newer)
+    assert browser.execute_script("return translateRequests") == 3
 
 
 @pytest.mark.slow  # a browser process
 def test_another_hypothesis_chosen_by_keyboard(browser, server):
     from selenium.webdriver.common.keys import Keys
 
-    load(browser, server)
-    element(browser, "#source").send_keys(SENTENCE)
-    element(browser, "#translate").send_keys(Keys.ENTER)  # the button, too
+    load(browser, server, query=link("en", "de", SENTENCE))
+    press(browser, "#inspect summary", Keys.SPACE)
     wait_until(lambda: elements(browser, "#self-map td"))
     buttons = elements(browser, "#n-best li button")
     assert len(buttons) > 1
-    # Tab from the text: the Translate button, then the hypotheses in order.
-    element(browser, "#source").send_keys(Keys.TAB, Keys.TAB, Keys.TAB)
-    assert browser.switch_to.active_element == buttons[1]
-    browser.switch_to.active_element.send_keys(Keys.SPACE)
+    press(browser, "#n-best li:nth-child(2) button", Keys.SPACE)
     second = text_of(buttons[1].find_element("css selector", ".hypothesis"))
     wait_until(lambda: second in text_of(element(browser, "#attention-of")))
     assert [b.get_attribute("aria-pressed") for b in buttons][:2] == ["false", "true"]
@@ -248,54 +447,143 @@ def test_another_hypothesis_chosen_by_keyboard(browser, server):
 
 
 @pytest.mark.slow  # a browser process
-def test_a_multilingual_model_offers_each_target_and_leads_the_text_with_its_token(browser, server):
+def test_a_link_reproduces_a_translation_and_swap_turns_it_back(browser, server):
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.select import Select
 
-    load(browser, server)
-    options = [option.text for option in elements(browser, "#model option")]
-    assert options == [f"{NAME} (en→de)", f"{MULTILINGUAL} (en→fr)", f"{MULTILINGUAL} (en→cs)"]
-    Select(element(browser, "#model")).select_by_visible_text(f"{MULTILINGUAL} (en→fr)")
-    assert element(browser, "#model-details").text.startswith("English → French · version 1")
-    element(browser, "#source").send_keys(SENTENCE, Keys.ENTER)
-    wait_until(lambda: elements(browser, "#self-map td") or element(browser, "#error").text)
-    assert element(browser, "#error").text == ""
+    load(browser, server, query=link("en", "de", SENTENCE))
+    forth = translated(server, q=SENTENCE, source="en", target="de")["translatedText"]
+    wait_for_translation(browser, forth)
+    press(browser, "#swap", Keys.ENTER)
+    # German into English: the translation is now the text, translated back.
+    assert element(browser, "#source-language").get_attribute("value") == "de"
+    assert element(browser, "#target-language").get_attribute("value") == "en"
+    assert element(browser, "#source").get_attribute("value") == forth
+    # What the server answers, a translation or its error (an untrained model's output may be
+    # one word longer than it translates), the page shows.
+    status, back = answer(server, q=forth, source="de", target="en")
+    if status == 200:
+        wait_for_translation(browser, back["translatedText"])
+    else:
+        wait_until(lambda: error_shown(browser).endswith(back["error"]))
+    assert parse_qs(urlsplit(browser.current_url).query)["source"] == ["de"]
+    # English into Czech has no way back: swap is off, and says why.
+    press(browser, "#swap", Keys.ENTER)
+    assert element(browser, "#source-language").get_attribute("value") == "en"
+    press(browser, "#target-language", "Czech")
+    wait_until(lambda: element(browser, "#swap").get_attribute("disabled"))
+    assert element(browser, "#swap").get_attribute("title") == (
+        "No model translates this pair the other way"
+    )
+
+
+@pytest.mark.slow  # a browser process
+def test_detect_the_language_and_the_multilingual_model_with_its_token(browser, server):
+    from selenium.webdriver.common.keys import Keys
+
+    load(browser, server, "phone")
+    press(browser, "#source-language", "Detect")
+    assert options_of(browser, "#target-language") == ["Czech", "English", "French", "German"]
+    press(browser, "#target-language", "French")
+    press(browser, "#source", SENTENCE)
+    reply = translated(server, q=SENTENCE, source="auto", target="fr")
+    wait_for_translation(browser, reply["translatedText"])
+    detected = reply["detectedLanguage"]
+    assert detected["language"] == "en"
+    assert element(browser, "#detected").text == f"Detected: English ({detected['confidence']:g}%)"
+    # The pair's model is the multilingual one: its input is led by French's token.
+    press(browser, "#inspect summary", Keys.ENTER)
+    wait_until(lambda: elements(browser, "#n-best li") or error_shown(browser))
+    assert element(browser, "#model-details").text.startswith(f"Model {MULTILINGUAL}, version 1")
     inputs = {"text": [f">>fra<< {SENTENCE}"], **SEARCH}
     expected = predict(server, "translate_options", inputs, MULTILINGUAL)
-    assert text_of(element(browser, "#translation")) == expected["translations"][0]
+    first = element(browser, "#n-best li .hypothesis")
+    assert text_of(first) == expected["translations"][0]
+
+
+@pytest.mark.slow  # a browser process
+@pytest.mark.parametrize("size", SIZES)
+def test_a_document_in_the_files_tab(browser, server, shots, downloads, tmp_path, size):
+    """A .docx built with python-docx, chosen, translated by /translate_file and downloaded:
+    each paragraph the translation /translate gives it."""
+    import docx
+    from selenium.webdriver.common.keys import Keys
+
+    paragraphs = [SENTENCE, "Two dogs play in the snow."]
+    document = docx.Document()
+    for paragraph in paragraphs:
+        document.add_paragraph(paragraph)
+    letter = tmp_path / f"letter-{size}.docx"
+    document.save(letter)
+
+    console_errors(browser)  # the log so far: the previous tests'
+    load(browser, server, size, query=link("en", "de", ""))
+    press(browser, "#text-tab", Keys.ARROW_RIGHT)  # the tabs by their arrows
+    assert browser.switch_to.active_element.get_attribute("id") == "files-tab"
+    assert element(browser, "#files-panel").is_displayed()
+    assert not element(browser, "#text-panel").is_displayed()
+    assert ".docx" in element(browser, "#file").get_attribute("accept").split(",")
+    element(browser, "#file").send_keys(str(letter))
+    before = set(downloads.iterdir())
+    press(browser, "#translate-file", Keys.ENTER)
+    wait_until(lambda: element(browser, "#download").is_displayed() or error_shown(browser))
+    assert error_shown(browser) == ""
+    assert browser.switch_to.active_element.get_attribute("id") == "download"
+    screenshot(browser, shots / f"files-{size}.png")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+
+    def new_documents():
+        return [path for path in set(downloads.iterdir()) - before if path.suffix == ".docx"]
+
+    wait_until(new_documents)
+    (downloaded,) = new_documents()
+    expected = [
+        translated(server, q=paragraph, source="en", target="de")["translatedText"]
+        for paragraph in paragraphs
+    ]
+    assert [paragraph.text for paragraph in docx.Document(downloaded).paragraphs] == expected
+    assert not scrolls_sideways(browser)
+    assert console_errors(browser) == []
+
+
+@pytest.mark.slow  # a browser process
+def test_dark_mode_follows_the_system(browser, server):
+    dark = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    background = "return getComputedStyle(document.documentElement).backgroundColor"
+    load(browser, server)
+    light_background = browser.execute_script(background)
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", dark)
+    try:
+        assert browser.execute_script(background) != light_background
+        assert browser.execute_script(background) == "rgb(22, 23, 25)"
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
 @pytest.mark.slow  # a browser process
 def test_errors_are_shown_as_text(browser, server):
     from selenium.webdriver.common.keys import Keys
 
-    load(browser, server)
-    source = element(browser, "#source")
-    source.send_keys(Keys.ENTER)  # nothing to translate
-    assert element(browser, "[role=alert]").text == "Type a sentence to translate."
-    source.send_keys("A dog.", Keys.SHIFT, Keys.ENTER, Keys.SHIFT, "A cat.")  # a new line only
-    assert source.get_attribute("value") == "A dog.\nA cat."
-    assert elements(browser, "#result[hidden]")
+    # A text over the server's limit, from a link: refused before it is sent.
+    too_long = "A dog runs. " * (CHAR_LIMIT // 12 + 1)
+    error = f"The text is longer than the server's limit of {CHAR_LIMIT} characters."
+    load(browser, server, query=link("en", "de", too_long), error=error)
+    assert element(browser, "#char-count").text == f"{len(too_long)} / {CHAR_LIMIT}"
+    assert element(browser, "#source").get_attribute("aria-invalid") == "true"
+    assert translation_shown(browser) == ""
 
     # The network gone (the browser offline): the page says so.
+    load(browser, server, query=link("en", "de", SENTENCE))
+    wait_until(lambda: translation_shown(browser))
     browser.execute_cdp_cmd("Network.enable", {})
     offline = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
     browser.execute_cdp_cmd("Network.emulateNetworkConditions", offline)
     try:
-        source.send_keys(Keys.ENTER)
-        wait_until(lambda: "cannot be reached" in element(browser, "[role=alert]").text)
+        press(browser, "#source", " Two dogs.", Keys.CONTROL, Keys.ENTER)
+        wait_until(lambda: "cannot be reached" in error_shown(browser))
     finally:
         browser.execute_cdp_cmd("Network.emulateNetworkConditions", {**offline, "offline": False})
-
-    # A model the server does not have (one removed since the page loaded, say): its error.
-    browser.execute_script("document.querySelector('#model option').value = 'gone'")
-    source.send_keys(Keys.ENTER)
-    wait_until(lambda: "404" in element(browser, "[role=alert]").text)
-    assert "Servable not found for request: gone" in element(browser, "[role=alert]").text
-    assert elements(browser, "#result[hidden]")
-    # No script error and nothing the Content-Security-Policy refused, in any of the tests.
-    console = [entry["message"] for entry in browser.get_log("browser")]
-    assert not [m for m in console if "Content Security Policy" in m or "Uncaught" in m], console
+    assert translation_shown(browser) == ""
+    console_errors(browser)  # the failed requests, on purpose
 
 
 @pytest.mark.slow  # a browser process

@@ -1,12 +1,17 @@
-"""The web page at `/` on the REST port: try a model and see its attention (the paper's
-Figures 3-5) in a browser.
+"""The web page at `/` on the REST port: a translator, as LibreTranslate's page is, that also
+shows the model's n-best list and its attention (the paper's Figures 3-5).
 
-Plain HTML, CSS and JavaScript from the package's `web/` folder, no build step. The page calls
-the server's own APIs: `GET /v1/models` and LibreTranslate's `GET /languages` for the models and
-their language pairs, TF Serving's `:predict` with the `translate_options` signature for the
-n-best list and with the `attention` signature for the heat maps. It loads nothing from another
-origin, and says so to the browser: every file is sent with a Content-Security-Policy
-(CSP Level 3) that allows only the server itself.
+Plain HTML, CSS and JavaScript modules from the package's `web/` folder, no build step:
+- `app.js`, the translator: LibreTranslate's `GET /frontend/settings`, `GET /languages`,
+  `POST /translate` (as the text is typed) and `POST /detect`'s `auto` source; the pair and the
+  text kept in the URL (`?source=&target=&q=`);
+- `inspect.js`, the Inspect panel: TF Serving's `:predict` of the model that translates the pair
+  (`GET /v1/models`) with the `translate_options` signature for the n-best list and with the
+  `attention` signature for the heat maps;
+- `files.js`, the Files tab: LibreTranslate's `POST /translate_file`, then the download;
+- `server.js`, their requests and errors.
+It loads nothing from another origin, and says so to the browser: every file is sent with a
+Content-Security-Policy (CSP Level 3) that allows only the server itself.
 
 `keras-transformer serve --no-ui` leaves the page out.
 """
@@ -18,7 +23,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 # The page's files by URL path; nothing else under the folder is served.
-FILES = {"/": "index.html", "/static/style.css": "style.css", "/static/app.js": "app.js"}
+FILES = {
+    "/": "index.html",
+    "/static/style.css": "style.css",
+    "/static/favicon.svg": "favicon.svg",
+    **{f"/static/{name}": name for name in ("app.js", "inspect.js", "files.js", "server.js")},
+}
 WEB = resources.files(__package__) / "web"
 
 CONTENT_TYPES = {
@@ -26,6 +36,7 @@ CONTENT_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
     ".png": "image/png",
+    ".svg": "image/svg+xml",
 }
 
 HEADERS = {

@@ -1,371 +1,389 @@
-// The page's behaviour: the models from GET /v1/models (their language names from LibreTranslate's
-// GET /languages), the n-best list from the `translate_options` signature, and the attention of
-// the chosen translation from the `attention` signature, drawn as heat maps (the paper's
-// Figures 3-5). Every failure is shown as text in the alert region.
+// The translator: the languages of LibreTranslate's GET /languages (and "Detect", its `auto`),
+// the text translated as it is typed by its POST /translate, the server's settings from its
+// GET /frontend/settings (the character limit, keys, files), and the pair and text kept in the
+// URL as LibreTranslate's page keeps them (?source=&target=&q=). The model that translates the
+// pair (from GET /v1/models) is the one the Inspect panel (inspect.js) looks into; the Files tab
+// is files.js's. Every failure is shown as text in an alert region.
 "use strict";
 
-// §6.1's search: beam 4, length penalty α = 0.6, output up to the input's length + 50.
-const SEARCH = { beam_size: 4, alpha: 0.6, extra_length: 50 };
+import { Inspector } from "./inspect.js";
+import { FilesTab } from "./files.js";
+import { call, ServerError, showError } from "./server.js";
+
+const DETECT = "auto"; // LibreTranslate's source for "detect the language"
+
+const byId = (id) => document.getElementById(id);
 
 const page = {
-  error: document.getElementById("error"),
-  form: document.getElementById("translate-form"),
-  model: document.getElementById("model"),
-  modelDetails: document.getElementById("model-details"),
-  source: document.getElementById("source"),
-  status: document.getElementById("status"),
-  result: document.getElementById("result"),
-  translation: document.getElementById("translation"),
-  nBest: document.getElementById("n-best"),
-  attention: document.getElementById("attention"),
-  attentionOf: document.getElementById("attention-of"),
+  sourceLanguage: byId("source-language"),
+  targetLanguage: byId("target-language"),
+  swap: byId("swap"),
+  apiKeyField: byId("api-key-field"),
+  apiKey: byId("api-key"),
+  source: byId("source"),
+  charCount: byId("char-count"),
+  detected: byId("detected"),
+  translation: byId("translation"),
+  status: byId("status"),
+  copy: byId("copy"),
+  error: byId("error"),
+  textTab: byId("text-tab"),
+  filesTab: byId("files-tab"),
 };
 
-// The two heat maps: which output of the `attention` signature, and which pieces are its rows.
-const MAPS = [
-  { output: "encoder_decoder_attention", rows: "target", prefix: "cross" },
-  { output: "encoder_self_attention", rows: "source", prefix: "self" },
-];
+// What the page knows and has asked: the server's settings (/frontend/settings), the languages
+// ({code: {name, targets}}), the models' pairs, the language detected in the text shown, and
+// the translation in flight (its number, so that a late reply to an older one is dropped, and
+// its AbortController).
+const state = {
+  settings: null,
+  languages: new Map(),
+  models: [],
+  detected: undefined,
+  request: 0,
+  inFlight: null,
+  timer: undefined,
+};
 
-// What is shown: the attention of the chosen translation, redrawn when a select or the width
-// changes. `request` counts translations, so that a late reply to an older one is dropped.
-const shown = { attention: null, request: 0 };
+const inspector = new Inspector();
+const filesTab = new FilesTab(() => ({ ...pair(), api_key: apiKey() }));
 
-class ServerError extends Error {}
+// -- the server's settings, languages and models ------------------------------------------
 
-// The JSON reply of GET `path`, or of POST `body` to it; a ServerError that says why not.
-async function call(path, body) {
-  const options =
-    body === undefined
-      ? {}
-      : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
-  let response;
-  try {
-    response = await fetch(path, options);
-  } catch (error) {
-    throw new ServerError(`The server cannot be reached (${error.message}).`);
+// LibreTranslate's /frontend/settings: the character limit, keys, files, default languages, and
+// the pause after typing before the text is translated (`frontendTimeout`).
+async function loadSettings() {
+  state.settings = await call("/frontend/settings");
+  page.apiKeyField.hidden = !(state.settings.keyRequired || state.settings.apiKeys);
+  page.apiKey.required = Boolean(state.settings.keyRequired);
+  page.apiKey.value = localStorage.getItem("api_key") || "";
+  if (state.settings.charLimit >= 0) {
+    page.source.maxLength = state.settings.charLimit;
   }
-  const text = await response.text();
-  let reply = null;
-  try {
-    reply = JSON.parse(text);
-  } catch {
-    // Not JSON: the status and the start of the text say what happened.
-  }
-  if (!response.ok) {
-    const why = reply && typeof reply.error === "string" ? reply.error : text.slice(0, 300);
-    throw new ServerError(`${path} answered ${response.status} ${response.statusText}: ${why}`);
-  }
-  if (reply === null) {
-    throw new ServerError(`${path} answered something that is not JSON: ${text.slice(0, 300)}`);
-  }
-  return reply;
+  page.filesTab.hidden = !state.settings.filesTranslation;
+  filesTab.offer(state.settings.supportedFilesFormat);
 }
 
-function showError(error) {
-  page.error.textContent = error instanceof ServerError ? error.message : `Error: ${error}`;
-}
-
-function clearError() {
-  page.error.textContent = "";
-}
-
-// -- the models ----------------------------------------------------------------------------
-
-function megabytes(bytes) {
-  return `${(bytes / 1e6).toFixed(1)} MB`;
-}
-
-// A model's newest AVAILABLE version (the one a request without a version gets), or undefined.
-function servedVersion(model) {
-  const available = model.versions.filter((version) => version.state === "AVAILABLE");
-  available.sort((a, b) => Number(b.version) - Number(a.version));
-  return available[0];
-}
-
-function languagePair(source, target, names) {
-  if (!source || !target) {
-    return null;
-  }
-  return {
-    codes: `${source}→${target}`,
-    names: `${names.get(source) || source} → ${names.get(target) || target}`,
-  };
-}
-
-async function loadModels() {
-  // /languages is LibreTranslate's API: a server without it still serves the page.
-  const [models, languages] = await Promise.all([
-    call("/v1/models"),
-    call("/languages").catch(() => []),
-  ]);
-  const names = new Map(languages.map((language) => [language.code, language.name]));
-  page.model.replaceChildren();
-  for (const model of models.models) {
-    const version = servedVersion(model);
-    if (version === undefined) {
-      continue;
-    }
-    // A multilingual model translates into each of its targets, a sentence led by its token.
-    const tokens = Object.entries(version.target_language_tokens || {});
-    const targets = tokens.length ? tokens : [[version.target_language, ""]];
-    for (const [target, token] of targets) {
-      const pair = languagePair(version.source_language, target, names);
-      const option = new Option(pair ? `${model.name} (${pair.codes})` : model.name, model.name);
-      const details = [pair ? pair.names : "languages not recorded in the export"];
-      details.push(`version ${version.version}`, `${megabytes(version.weight_bytes)} of weights`);
-      option.dataset.details = details.join(" · ");
-      option.dataset.token = token;
-      page.model.append(option);
-    }
-  }
-  if (page.model.options.length === 0) {
+async function loadLanguages() {
+  const [languages, models] = await Promise.all([call("/languages"), call("/v1/models")]);
+  state.languages = new Map(languages.map((language) => [language.code, language]));
+  state.models = servedModels(models.models);
+  const sources = languages.filter((language) => language.targets.length > 0).sort(byName);
+  if (sources.length === 0) {
     throw new ServerError("The server has no model available yet: reload the page later.");
   }
-  describeModel();
+  page.sourceLanguage.replaceChildren(
+    new Option("Detect the language", DETECT),
+    ...sources.map((language) => new Option(language.name, language.code)),
+  );
 }
 
-function describeModel() {
-  const option = page.model.selectedOptions[0];
-  page.modelDetails.textContent = option ? option.dataset.details : "";
+// [{name, version, source, targets: [{code, token}]}] of the models with an AVAILABLE version
+// (the newest: the one a request without a version gets), ordered by name, as the server picks
+// the first by name for a pair that several translate.
+function servedModels(models) {
+  const served = [];
+  for (const model of models) {
+    const available = model.versions.filter((version) => version.state === "AVAILABLE");
+    available.sort((a, b) => Number(b.version) - Number(a.version));
+    const version = available[0];
+    if (version === undefined || !version.source_language) {
+      continue;
+    }
+    const tokens = Object.entries(version.target_language_tokens || {});
+    const targets = tokens.length ? tokens : [[version.target_language, ""]];
+    served.push({
+      name: model.name,
+      version,
+      source: version.source_language,
+      targets: targets.map(([code, token]) => ({ code, token })),
+    });
+  }
+  return served.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
-function predictPath() {
-  return `/v1/models/${encodeURIComponent(page.model.value)}:predict`;
+// An export's recorded code ("en", "eng") as a tag to compare with /languages' codes.
+function canonical(code) {
+  try {
+    return Intl.getCanonicalLocales(code)[0].toLowerCase();
+  } catch {
+    return String(code).toLowerCase();
+  }
 }
 
-// -- translating ---------------------------------------------------------------------------
-
-// The model's input for `text`: led by the target's token for a multilingual model.
-function modelInput(text) {
-  const token = page.model.selectedOptions[0].dataset.token;
-  return token ? `${token} ${text}` : text;
+// Whether an export's recorded code names /languages' `code`: the same tag, or its language
+// ("zh" for "zh-Hans").
+function names(recorded, code) {
+  const [tag, wanted] = [canonical(recorded), canonical(code)];
+  return tag === wanted || tag === wanted.split("-")[0];
 }
 
-async function translate() {
-  clearError();
-  const text = modelInput(page.source.value);
-  if (page.source.value.trim() === "") {
-    showError(new ServerError("Type a sentence to translate."));
+// The model translating `source` into `target`, as the Inspect panel needs it, or null.
+function routeOf(source, target) {
+  for (const model of state.models) {
+    const into = model.targets.find((candidate) => names(candidate.code, target));
+    if (into && names(model.source, source)) {
+      const megabytes = (model.version.weight_bytes / 1e6).toFixed(1);
+      const details = `Model ${model.name}, version ${model.version.version}, ${megabytes} MB of weights.`;
+      return { model: model.name, token: into.token, details };
+    }
+  }
+  return null;
+}
+
+// -- the pickers and the URL ----------------------------------------------------------------
+
+function pair() {
+  return { source: page.sourceLanguage.value, target: page.targetLanguage.value };
+}
+
+function apiKey() {
+  return page.apiKey.value || undefined;
+}
+
+// Languages in the order of their names, as a person looks for them.
+function byName(a, b) {
+  return a.name.localeCompare(b.name, "en");
+}
+
+function languageName(code) {
+  return state.languages.get(code)?.name || code;
+}
+
+// The targets of the chosen source (of every source, for "Detect"), the chosen one kept.
+function fillTargets(wanted) {
+  const source = page.sourceLanguage.value;
+  const sources = source === DETECT ? [...state.languages.values()] : [state.languages.get(source)];
+  const codes = [...new Set(sources.flatMap((language) => language.targets))];
+  const targets = codes.map((code) => ({ code, name: languageName(code) })).sort(byName);
+  const keep = wanted || page.targetLanguage.value;
+  page.targetLanguage.replaceChildren(...targets.map(({ code, name }) => new Option(name, code)));
+  if (codes.includes(keep)) {
+    page.targetLanguage.value = keep;
+  }
+  updateSwap();
+}
+
+// The source language a swap makes the target: the chosen one, or the one detected.
+function swapTarget() {
+  const source = page.sourceLanguage.value;
+  return source === DETECT ? state.detected : source;
+}
+
+function updateSwap() {
+  const into = swapTarget();
+  const from = state.languages.get(page.targetLanguage.value);
+  const possible = Boolean(into && from?.targets.includes(into));
+  page.swap.disabled = !possible;
+  page.swap.title = possible
+    ? `Translate from ${languageName(page.targetLanguage.value)} into ${languageName(into)}`
+    : "No model translates this pair the other way";
+}
+
+function swap() {
+  const into = swapTarget();
+  const translation = page.translation.value;
+  page.sourceLanguage.value = page.targetLanguage.value;
+  fillTargets(into);
+  if (translation) {
+    page.source.value = translation;
+  }
+  translateNow();
+}
+
+// The pair and text as the URL's query, so that a link shows the same translation.
+function keepInUrl() {
+  const query = new URLSearchParams({ ...pair(), q: page.source.value });
+  history.replaceState(null, "", `${location.pathname}?${query}`);
+}
+
+function pickFromUrl() {
+  const query = new URLSearchParams(location.search);
+  const defaults = state.settings.language;
+  const source = query.get("source") || defaults.source.code;
+  if ([...page.sourceLanguage.options].some((option) => option.value === source)) {
+    page.sourceLanguage.value = source;
+  }
+  fillTargets(query.get("target") || defaults.target.code);
+  if (query.has("q")) {
+    page.source.value = query.get("q");
+  }
+}
+
+// -- translating ------------------------------------------------------------------------------
+
+// Characters as LibreTranslate counts them (code points, not UTF-16 units).
+function characters(text) {
+  return [...text].length;
+}
+
+function countCharacters() {
+  const count = characters(page.source.value);
+  const limit = state.settings.charLimit;
+  page.charCount.textContent = limit >= 0 ? `${count} / ${limit}` : `${count} characters`;
+  const over = limit >= 0 && count > limit;
+  page.source.setAttribute("aria-invalid", String(over));
+  return over ? `The text is longer than the server's limit of ${limit} characters.` : null;
+}
+
+// Whether the settings and languages are loaded; a text typed before is translated then.
+function ready() {
+  return page.targetLanguage.options.length > 0;
+}
+
+function scheduleTranslation() {
+  if (!ready()) {
     return;
   }
-  const request = ++shown.request;
-  page.status.textContent = "Translating…";
-  try {
-    const reply = await call(predictPath(), {
-      signature_name: "translate_options",
-      inputs: { text: [text], ...SEARCH },
-    });
-    if (request !== shown.request) {
-      return;
-    }
-    showTranslations(text, reply.outputs);
+  clearTimeout(state.timer);
+  countCharacters();
+  state.timer = setTimeout(translateNow, state.settings.frontendTimeout);
+}
+
+function clearTranslation() {
+  page.translation.value = "";
+  page.detected.textContent = "";
+  page.copy.disabled = true;
+  state.detected = undefined;
+  updateSwap();
+  inspector.forget();
+}
+
+async function translateNow() {
+  if (!ready()) {
+    return;
+  }
+  clearTimeout(state.timer);
+  state.inFlight?.abort();
+  const request = ++state.request;
+  page.error.textContent = "";
+  keepInUrl();
+  const text = page.source.value;
+  const tooLong = countCharacters();
+  if (text.trim() === "" || tooLong) {
+    clearTranslation();
     page.status.textContent = "";
-  } catch (error) {
-    if (request === shown.request) {
-      page.status.textContent = "";
-      showError(error);
-    }
-  }
-}
-
-function showTranslations(text, outputs) {
-  page.translation.value = outputs.translations[0];
-  const hypotheses = outputs.n_best_translations[0]
-    .map((translation, i) => ({ translation, score: outputs.n_best_scores[0][i] }))
-    .filter((hypothesis) => hypothesis.translation !== ""); // slots the search left empty
-  page.nBest.replaceChildren(
-    ...hypotheses.map((hypothesis) => {
-      const button = document.createElement("button");
-      button.type = "button";
-      button.setAttribute("aria-pressed", "false");
-      const words = document.createElement("span");
-      words.className = "hypothesis";
-      words.textContent = hypothesis.translation;
-      const score = document.createElement("span");
-      score.className = "score";
-      score.textContent = hypothesis.score.toFixed(3);
-      score.dataset.score = String(hypothesis.score);
-      button.append(words, score);
-      button.addEventListener("click", () => choose(button, text, hypothesis.translation));
-      const item = document.createElement("li");
-      item.append(button);
-      return item;
-    }),
-  );
-  page.result.hidden = false;
-  page.attention.hidden = true;
-  shown.attention = null;
-  const best = page.nBest.querySelector("button");
-  if (best) {
-    choose(best, text, best.querySelector(".hypothesis").textContent);
-  }
-}
-
-async function choose(button, text, translation) {
-  for (const other of page.nBest.querySelectorAll("button")) {
-    other.setAttribute("aria-pressed", String(other === button));
-  }
-  clearError();
-  const request = shown.request;
-  try {
-    const reply = await call(predictPath(), {
-      signature_name: "attention",
-      inputs: { text: [text], translation: [translation] },
-    });
-    if (request === shown.request && button.getAttribute("aria-pressed") === "true") {
-      showAttention(translation, reply.outputs);
-    }
-  } catch (error) {
-    if (error.message.includes('"attention" not found')) {
-      error = new ServerError(
-        `This export of ${page.model.value} has no attention signature, so no heat maps: ` +
-          "export the model again with this version of keras-transformer to see them.",
-      );
-    }
-    page.attention.hidden = true;
-    showError(error);
-  }
-}
-
-// -- the heat maps -------------------------------------------------------------------------
-
-// The pieces before the first padding ("").
-function unpadded(pieces) {
-  const end = pieces.indexOf("");
-  return end === -1 ? pieces : pieces.slice(0, end);
-}
-
-function showAttention(translation, outputs) {
-  const pieces = {
-    source: unpadded(outputs.source_pieces[0]),
-    target: unpadded(outputs.target_pieces[0]),
-  };
-  shown.attention = { pieces, outputs };
-  page.attentionOf.textContent = `Of the translation “${translation}”.`;
-  for (const map of MAPS) {
-    const weights = outputs[map.output][0]; // [layers, heads, rows, columns]
-    fillSelect(document.getElementById(`${map.prefix}-layer`), weights.length, layerNames);
-    fillSelect(document.getElementById(`${map.prefix}-head`), weights[0].length, headNames);
-  }
-  page.attention.hidden = false;
-  drawMaps();
-}
-
-function layerNames(count) {
-  // The last layer first selected, as `keras-transformer attention` draws it.
-  return Array.from({ length: count }, (_, i) => [String(i), `${i + 1} of ${count}`, i === count - 1]);
-}
-
-function headNames(count) {
-  const heads = Array.from({ length: count }, (_, i) => [String(i), `${i + 1}`, false]);
-  return [["mean", `average of ${count}`, true], ...heads];
-}
-
-// Options of a select from `names(count)`, keeping the chosen one if it still exists.
-function fillSelect(select, count, names) {
-  const before = select.value;
-  select.replaceChildren(
-    ...names(count).map(([value, text, chosen]) => new Option(text, value, chosen, chosen)),
-  );
-  if ([...select.options].some((option) => option.value === before)) {
-    select.value = before;
-  }
-}
-
-function drawMaps() {
-  if (shown.attention === null) {
+    page.error.textContent = tooLong || "";
     return;
   }
-  const { pieces, outputs } = shown.attention;
-  for (const map of MAPS) {
-    const layer = Number(document.getElementById(`${map.prefix}-layer`).value);
-    const head = document.getElementById(`${map.prefix}-head`).value;
-    const heads = outputs[map.output][0][layer]; // [heads, rows, columns]
-    const weights = head === "mean" ? mean(heads) : heads[Number(head)];
-    const rows = pieces[map.rows];
-    drawMap(document.getElementById(`${map.prefix}-map`), rows, pieces.source, weights);
+  const controller = new AbortController();
+  state.inFlight = controller;
+  page.status.textContent = "Translating…";
+  const { source, target } = pair();
+  try {
+    const body = { q: text, source, target, format: "text", api_key: apiKey() };
+    const reply = await call("/translate", body, controller.signal);
+    if (request === state.request) {
+      showTranslation(text, source, target, reply);
+    }
+  } catch (error) {
+    if (request === state.request) {
+      clearTranslation();
+      showError(page.error, error);
+    }
+  } finally {
+    if (request === state.request) {
+      page.status.textContent = "";
+    }
   }
 }
 
-// The element-wise mean of equally shaped matrices.
-function mean(matrices) {
-  return matrices[0].map((row, i) =>
-    row.map((_, j) => matrices.reduce((sum, matrix) => sum + matrix[i][j], 0) / matrices.length),
-  );
+function showTranslation(text, source, target, reply) {
+  page.translation.value = reply.translatedText;
+  page.copy.disabled = false;
+  const detected = reply.detectedLanguage;
+  page.detected.textContent = detected
+    ? `Detected: ${languageName(detected.language)} (${detected.confidence}%)`
+    : "";
+  state.detected = detected?.language;
+  updateSwap();
+  inspector.show(text, routeOf(detected ? detected.language : source, target));
 }
 
-// A table of `rows` × `columns` pieces, each cell shaded by its weight: white for 0, dark blue
-// for the map's largest weight, so that an untrained model's nearly even attention shows too.
-function drawMap(table, rows, columns, weights) {
-  const largest = Math.max(...weights.flat(), Number.MIN_VALUE);
-  const box = table.parentElement;
-  // Square cells that fill the box's width beside the row labels, and stay large enough to see;
-  // a map still too wide scrolls within its box.
-  const cell = Math.max(12, Math.min(32, Math.floor((box.clientWidth - 100) / columns.length)));
-  table.style.setProperty("--cell", `${cell}px`);
-  const head = document.createElement("tr");
-  head.append(document.createElement("td"));
-  for (const piece of columns) {
-    head.append(header(piece, "col"));
+// The translation on the clipboard: by the Clipboard API where the page may use it (a secure
+// context: HTTPS, or this machine), else by the copy command, the one way a page served over
+// plain HTTP has.
+async function copyTranslation() {
+  const text = page.translation.value;
+  try {
+    if (navigator.clipboard) {
+      await navigator.clipboard.writeText(text);
+    } else {
+      copyByCommand(text);
+    }
+    page.status.textContent = "Copied.";
+  } catch (error) {
+    showError(page.error, new ServerError(`The browser did not copy the text (${error.message}).`));
   }
-  const body = rows.map((piece, i) => {
-    const row = document.createElement("tr");
-    row.append(header(piece, "row"));
-    columns.forEach((column, j) => row.append(weightCell(weights[i][j], largest, piece, column)));
-    return row;
-  });
-  const thead = document.createElement("thead");
-  thead.append(head);
-  const tbody = document.createElement("tbody");
-  tbody.append(...body);
-  table.replaceChildren(thead, tbody);
 }
 
-function header(piece, scope) {
-  const th = document.createElement("th");
-  th.scope = scope;
-  th.textContent = piece;
-  th.title = piece;
-  return th;
+function copyByCommand(text) {
+  const put = (event) => {
+    event.clipboardData.setData("text/plain", text);
+    event.preventDefault();
+  };
+  document.addEventListener("copy", put);
+  const copied = document.execCommand("copy");
+  document.removeEventListener("copy", put);
+  if (!copied) {
+    throw new Error("the browser refused the copy command");
+  }
 }
 
-function weightCell(weight, largest, row, column) {
-  const td = document.createElement("td");
-  td.dataset.weight = String(weight);
-  td.title = `${row} → ${column}: ${weight.toFixed(3)}`;
-  td.style.backgroundColor = `hsl(215 80% ${Math.round(100 - 70 * (weight / largest))}%)`;
-  const value = document.createElement("span");
-  value.className = "visually-hidden";
-  value.textContent = weight.toFixed(2);
-  td.append(value);
-  return td;
+// -- the tabs ------------------------------------------------------------------------------------
+
+function chooseTab(tab) {
+  for (const other of [page.textTab, page.filesTab]) {
+    const chosen = other === tab;
+    other.setAttribute("aria-selected", String(chosen));
+    other.tabIndex = chosen ? 0 : -1;
+    byId(other.getAttribute("aria-controls")).hidden = !chosen;
+  }
+  tab.focus();
+}
+
+// The tabs' keys (WAI-ARIA's tabs pattern): the arrows move between the tabs shown.
+function tabKey(event) {
+  const tabs = [page.textTab, page.filesTab].filter((tab) => !tab.hidden);
+  const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+  if (step !== undefined) {
+    event.preventDefault();
+    chooseTab(tabs[(tabs.indexOf(event.target) + step + tabs.length) % tabs.length]);
+  }
 }
 
 // -- wiring ----------------------------------------------------------------------------------
 
-page.form.addEventListener("submit", (event) => {
-  event.preventDefault();
-  translate();
-});
-
+page.source.addEventListener("input", scheduleTranslation);
 page.source.addEventListener("keydown", (event) => {
-  // Enter translates; Shift+Enter is a new line; Enter that ends an input method's composition
-  // (Japanese, Chinese) only ends it.
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
-    page.form.requestSubmit();
+    translateNow();
   }
 });
+page.sourceLanguage.addEventListener("change", () => {
+  fillTargets();
+  translateNow();
+});
+page.targetLanguage.addEventListener("change", () => {
+  updateSwap();
+  translateNow();
+});
+page.swap.addEventListener("click", swap);
+page.copy.addEventListener("click", copyTranslation);
+page.apiKey.addEventListener("change", () => localStorage.setItem("api_key", page.apiKey.value));
+for (const tab of [page.textTab, page.filesTab]) {
+  tab.addEventListener("click", () => chooseTab(tab));
+  tab.addEventListener("keydown", tabKey);
+}
 
-page.model.addEventListener("change", describeModel);
-
-for (const map of MAPS) {
-  for (const which of ["layer", "head"]) {
-    document.getElementById(`${map.prefix}-${which}`).addEventListener("change", drawMaps);
+async function start() {
+  await Promise.all([loadSettings(), loadLanguages()]);
+  pickFromUrl();
+  countCharacters();
+  if (page.source.value) {
+    translateNow();
   }
 }
 
-window.addEventListener("resize", drawMaps);
-
-loadModels().catch(showError);
+start().catch((error) => showError(page.error, error));
