@@ -213,7 +213,7 @@ def served_model(base_path) -> dict:
 
 
 def load_part(args, sentences):
-    records = [{"benchmark": "serving-load", "model": served_model(args.model_base_path)}]
+    records = [{"benchmark": "serving-load", **setting(args)}]
     print(json.dumps(records[-1]), flush=True)
     mean_batches = []
     for mode in args.batching:
@@ -521,8 +521,19 @@ def sigterm_mid_load(base, sentences, clients=8):
     }
 
 
+def setting(args) -> dict:
+    """What a record's first line names: the machine, the model and TensorFlow's oneDNN setting,
+    which the servers inherit (its kernels decide a small model's speed)."""
+    return {
+        "machine": machine(),
+        "model": served_model(args.model_base_path),
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+    }
+
+
 def faults_part(args, sentences):
-    records = []
+    records = [{"benchmark": "serving-faults", **setting(args)}]
+    print(json.dumps(records[-1]), flush=True)
     server = Server(args.model_base_path, "--enable-batching", "--socket-timeout-s", "5")
     for probe in (stalled_connections, long_sentence, oversized_shape, long_version_path):
         records.append(probe(server, sentences) if probe is stalled_connections else probe(server))
@@ -762,11 +773,8 @@ def compare_part(args, sentences):
     records = [
         {
             "benchmark": "serving-compare",
-            "machine": machine(),
-            "model": served_model(args.model_base_path),
+            **setting(args),
             "commits": {side.side: side.commit for side in sides},
-            # Both servers inherit it; TensorFlow's kernels decide a small model's speed.
-            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "clients": args.clients,
             "requests": args.requests,
         }
