@@ -1,6 +1,8 @@
 """Load and fault probes on `keras-transformer serve`: batching off against on, REST and gRPC.
 
-Table: docs/PERFORMANCE.md#serving (load and fault probes).
+Tables: docs/SERVER_PERFORMANCE.md#the-asgi-server-against-the-httpserver-one (`--part
+compare`), docs/SERVER_PERFORMANCE.md#batching (`--part load`) and
+docs/SERVER_PERFORMANCE.md#fault-probes (`--part faults`).
 
 Each server is `keras-transformer serve` in a process of its own over `--model-base-path` (its
 peak resident memory is read from /proc at the end). `--part load`: for batching off, then on,

@@ -21,7 +21,7 @@ RECORD = re.compile(r"([A-Za-z][\w-]*?)-(\d{4}-\d\d-\d\dT\d{4}Z)\.(?:jsonl|txt)"
 # A Markdown link or image, `[text](target)`, whose target is no URL.
 LINK = re.compile(r"\]\((?!https?:|mailto:)([^)\s]+)\)")
 # A reference to a docs section from a script or a code comment: `docs/PAGE.md#section`.
-SECTION_REFERENCE = re.compile(r"docs/([A-Z]+\.md)#([\w-]+)")
+SECTION_REFERENCE = re.compile(r"docs/([A-Z_]+\.md)#([\w-]+)")
 
 
 def relative(path) -> str:
