@@ -121,9 +121,9 @@ def test_expired_and_cancelled_requests_are_dropped_uncomputed():
     batches.close()
 
 
-def test_a_request_over_the_largest_batch_is_refused_naming_the_flag():
+def test_a_request_over_the_largest_batch_is_refused_naming_the_setting():
     batches = scheduler(enable_batching=True, max_batch_size=2)
-    with pytest.raises(ServingError, match="--max-batch-size") as refusal:
+    with pytest.raises(ServingError, match="max_batch_size") as refusal:
         batches.submit(task(Recorder(), [1, 2, 3]))
     assert refusal.value.code == grpc.StatusCode.INVALID_ARGUMENT
     batches.close()
