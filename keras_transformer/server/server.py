@@ -118,6 +118,7 @@ class ModelServer:
         self._workers = futures.ThreadPoolExecutor(network.workers, thread_name_prefix="worker")
         self._in_flight = 0
         self._draining = False
+        self._on_stop = []
         self._changed = threading.Condition()
         self.openapi = openapi.OpenApi()
         self.openapi.add(openapi.tf_serving_paths())
@@ -172,12 +173,15 @@ class ModelServer:
             timeout_graceful_shutdown=network.drain_timeout_s,
         )
 
-    def add_routes(self, routes: list[BaseRoute], contract: dict | None = None):
+    def add_routes(self, routes: list[BaseRoute], contract: dict | None = None, on_stop=None):
         """Serves `routes` on the HTTP port too (another API, the page), before or after
         `start()`, described in `/openapi.json` by `contract` (OpenAPI paths); TF Serving's
-        routes keep their paths."""
+        routes keep their paths. `on_stop()`, if given, releases what the routes hold (files,
+        threads) once the server has stopped."""
         self.app.router.routes.extend(routes)
         self.openapi.add(contract or {})
+        if on_stop is not None:
+            self._on_stop.append(on_stop)
 
     def start(self):
         self._grpc.start()
@@ -312,6 +316,8 @@ class ModelServer:
     def _close_pools(self):
         self.scheduler.close(0)
         self._workers.shutdown(wait=False, cancel_futures=True)
+        for release in self._on_stop:
+            release()
 
     def stop(self):
         self.drain(timeout=1.0)

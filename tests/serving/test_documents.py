@@ -11,6 +11,7 @@ import html
 import io
 import re
 import struct
+import threading
 import zipfile
 
 import docx
@@ -39,6 +40,7 @@ from keras_transformer.server.models.model_manager import ModelManager
 from keras_transformer.server.server import ModelServer
 from keras_transformer.server.settings import Network, ServerSettings
 from serving_clients import predict_outputs
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow  # exports and serves a model
 
@@ -86,6 +88,8 @@ def server(exported, tmp_path_factory, clock):
     server.start()
     yield server
     server.stop()
+    # Stopped, the server ends the download sweeps and deletes the files left to download.
+    wait_until(lambda: "download-sweeper" not in [t.name for t in threading.enumerate()], 10)
 
 
 def url(server, path=""):

@@ -251,7 +251,9 @@ class LibreTranslate:
             return
         try:
             api = cls(server, settings, clock)
-            server.add_routes(api.routes(), openapi.libretranslate_paths())
+            server.add_routes(
+                api.routes(), openapi.libretranslate_paths(), on_stop=api.files.downloads.close
+            )
         except ConfigError:
             server.stop()
             raise

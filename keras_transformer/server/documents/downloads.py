@@ -89,7 +89,7 @@ class Downloads:
                 self._sweep()
 
     def close(self):
-        """Deletes every file, and the directory."""
+        """Deletes every file, and the directory, and ends the sweeps."""
         self._closed.set()
         with self._lock:
             self._stored.clear()
