@@ -69,21 +69,6 @@ def test_layout_is_what_tensorflow_serving_loads(exported):
     assert [p.name for p in exported.iterdir()] == ["1"]  # no staging directory left behind
 
 
-def test_a_new_export_takes_the_next_version_and_logs_no_tensorflow_info(
-    exported, run_dir, tmp_path, caplog
-):
-    """TensorFlow's INFO records at a SavedModel export (absl lists every renamed captured
-    tensor, thousands of characters a signature) stay out of the command's log."""
-    base = tmp_path / "m30k-ende"
-    shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
-    caplog.set_level(logging.INFO)
-    cli.main(["export", "--model", str(run_dir), "--output", str(base)])
-    assert versions(base) == [1, 2]
-    chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
-    assert not chatter, [r.getMessage()[:200] for r in chatter]
-    assert any(r.name == "keras_transformer.export.saved_model" for r in caplog.records)
-
-
 def test_saved_model_cli_lists_the_signatures_with_dtypes(exported):
     cli_path = Path(sys.executable).with_name("saved_model_cli")
     shown = subprocess.run(
@@ -152,36 +137,41 @@ def test_jit_export_translates_real_sentences_as_keras_does(exported_jit, transl
     assert served == translator.translate(sentences, SearchSettings(beam_size=4, alpha=0.6))
 
 
-# Requests of 3, 4, 5 and 6 rows, one width, in a process whose XLA dumps what it compiles.
-REQUESTS_OF_ROWS = """
-import sys
+# In a process whose XLA dumps what it compiles: requests of 3, 4, 5 and 6 rows at one width
+# and search, then one row at two beam sizes and three extra lengths each. It prints how many
+# searches XLA had compiled after each part.
+REQUESTS_OF_ROWS_THEN_SEARCHES = """
+import json, sys
+from pathlib import Path
 import tensorflow as tf
 import tensorflow_text  # noqa: F401
 serve = tf.saved_model.load(sys.argv[1]).signatures["translate_ids"]
+compiled = lambda: len([*Path(sys.argv[2]).glob("*search_n_best*.before_optimizations.txt")])
+counts = []
 search = {"beam_size": tf.constant(2), "alpha": tf.constant(0.6), "extra_length": tf.constant(3)}
 for rows in (3, 4, 5, 6):
     result = serve(source_ids=tf.constant([[40, 41, 2]] * rows), **search)
     assert result["target_ids"].shape[0] == result["scores"].shape[0] == rows
+counts.append(compiled())
+for beam_size in (2, 4):
+    for extra_length in (3, 9, 50):
+        search = {"alpha": tf.constant(0.6), "extra_length": tf.constant(extra_length)}
+        serve(source_ids=tf.constant([[40, 41, 2]]), beam_size=tf.constant(beam_size), **search)
+counts.append(compiled())
+print(json.dumps(counts))
 """
 
 
-def test_jit_export_compiles_one_program_per_row_bucket(exported_jit, tmp_path):
+def test_jit_export_compiles_one_program_per_row_bucket_and_beam_size(exported_jit, tmp_path):
     """Batches of 3, 4, 5 and 6 rows run the programs compiled for 3, 4 and 6 rows: three, not
-    four."""
-    compiled = compiled_searches(REQUESTS_OF_ROWS, exported_jit / "1", tmp_path)
-    assert len(compiled) == 3, compiled
-
-
-def compiled_searches(script, version, dump):
-    """The searches XLA compiles in a process that runs `script` on the export `version`."""
-    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={dump}"}
-    subprocess.run(
-        [sys.executable, "-c", script, str(version)],
-        env=environment,
-        check=True,
-        capture_output=True,
+    four. One row at beam sizes 2 and 4, each at three extra lengths, adds one program a beam
+    size: the extra length is a tensor, not a shape."""
+    environment = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path}"}
+    script = [sys.executable, "-c", REQUESTS_OF_ROWS_THEN_SEARCHES, str(exported_jit / "1")]
+    ran = subprocess.run(
+        [*script, str(tmp_path)], env=environment, check=True, capture_output=True, text=True
     )
-    return [path.name for path in dump.glob("*search_n_best*.before_optimizations.txt")]
+    assert json.loads(ran.stdout.strip().splitlines()[-1]) == [3, 3 + 2]
 
 
 def read_warmup(version):
@@ -390,20 +380,31 @@ def test_tflite_float16_translates_as_float32(tflite_float, run_dir, translator,
         np.testing.assert_allclose(served["scores"], expected["scores"], atol=1e-2)
 
 
-@pytest.mark.slow
-def test_two_concurrent_exports_give_two_complete_versions(translator, tmp_path):
+def test_two_concurrent_exports_take_the_next_versions_and_log_no_tensorflow_info(
+    exported, run_dir, translator, tmp_path, caplog
+):
+    """Two exports at once into a base path holding version 1, one by the command and one by the
+    Python API, give versions 2 and 3, both complete. TensorFlow's INFO records at a SavedModel
+    export (absl lists every renamed captured tensor, thousands of characters a signature) stay
+    out of the log."""
     from concurrent.futures import ThreadPoolExecutor
 
     from keras_transformer.export.saved_model import export_saved_model
 
     base = tmp_path / "m30k-ende"
-    with ThreadPoolExecutor(2) as pool:
-        exports = [pool.submit(export_saved_model, translator, base) for _ in range(2)]
-        paths = sorted(str(export.result()) for export in exports)
-    assert paths == [str(base / "1"), str(base / "2")]
-    for version in paths:
-        assert tf.saved_model.load(version).signatures["serving_default"] is not None
-    assert sorted(p.name for p in base.iterdir()) == ["1", "2"]  # nothing else left
+    shutil.copytree(exported, base)  # the shared export stays at version 1 for other tests
+    caplog.set_level(logging.INFO)
+    with ThreadPoolExecutor(1) as pool:  # the command in this thread: it sets signal handlers
+        api_export = pool.submit(export_saved_model, translator, base)
+        cli.main(["export", "--model", str(run_dir), "--output", str(base)])
+        api_export.result()
+    assert versions(base) == [1, 2, 3]
+    assert sorted(p.name for p in base.iterdir()) == ["1", "2", "3"]  # nothing else left
+    for version in ("2", "3"):
+        assert tf.saved_model.load(str(base / version)).signatures["serving_default"] is not None
+    chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
+    assert not chatter, [r.getMessage()[:200] for r in chatter]
+    assert any(r.name == "keras_transformer.export.saved_model" for r in caplog.records)
 
 
 @pytest.mark.parametrize("export", ["exported", pytest.param("exported_jit", marks=JIT_LONG)])
@@ -477,23 +478,3 @@ def test_signatures_search_with_the_exports_min_length(translator, jit_compile):
     lengths = (served["target_ids"].numpy() != 0).sum(axis=1)
     np.testing.assert_array_equal(lengths, [4 + 5, 2 + 5])
     assert not np.any(served["target_ids"].numpy() == EOS_ID)
-
-
-# Two beam sizes at three extra lengths each, one request shape, XLA dumping what it compiles.
-REQUESTS_OF_SEARCHES = """
-import sys
-import tensorflow as tf
-import tensorflow_text  # noqa: F401
-serve = tf.saved_model.load(sys.argv[1]).signatures["translate_ids"]
-for beam_size in (2, 4):
-    for extra_length in (3, 9, 50):
-        search = {"alpha": tf.constant(0.6), "extra_length": tf.constant(extra_length)}
-        serve(source_ids=tf.constant([[40, 41, 2]]), beam_size=tf.constant(beam_size), **search)
-"""
-
-
-def test_jit_export_compiles_one_program_per_beam_size_whatever_the_extra_length(
-    exported_jit, tmp_path
-):
-    compiled = compiled_searches(REQUESTS_OF_SEARCHES, exported_jit / "1", tmp_path)
-    assert len(compiled) == 2, compiled
