@@ -2,7 +2,8 @@
 
     config.json          the TransformerConfig (a rerun must use the same one, or change only
                          training hyperparameters with --allow-training-changes)
-    run.json             the data and run settings, and any training changes made on resume
+    run.json             the data and run settings, and any training changes made on resume;
+                         an imported run's `search` (`run_search`)
     subwords.model       the shared subword vocabulary (§5.1), trained on the training split
                          (or a copy of `--subwords`: a teacher's, say, or one for every worker,
                          or of a prepared corpus's, `train --data`)
@@ -34,6 +35,7 @@ truncated one, and never non-finite weights (`DivergenceError`); every file is w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -47,6 +49,7 @@ from durable_files import copy_atomically, hold_lock, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.config import ConfigError, TransformerConfig, read_json_file
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.search_settings import SearchSettings
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +138,21 @@ def read_settings(run_dir) -> dict[str, Any]:
     """The run's run.json (dataset, languages, data directory), or {} where it has none."""
     path = Path(run_dir) / SETTINGS_FILE
     return read_json_file(path) if path.is_file() else {}
+
+
+def run_search(run_dir, default: SearchSettings) -> SearchSettings:
+    """`default` changed by the search run.json records as the run's own (an imported run's:
+    its checkpoint's generation config), or `default` where it records none. Commands change
+    it further with the search flags given."""
+    recorded = read_settings(run_dir).get("search", {})
+    where = Path(run_dir) / SETTINGS_FILE
+    fields = {field.name for field in dataclasses.fields(SearchSettings)}
+    if not isinstance(recorded, dict) or set(recorded) - fields:
+        raise ConfigError(f"{where}: search {recorded!r} must map some of {sorted(fields)}")
+    try:
+        return default.replace(**recorded)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: search: {error}") from None
 
 
 def prepare(run, config: TransformerConfig):

@@ -109,13 +109,16 @@ def task(dataset: str, target_language: str, lowercase: bool = False) -> Task:
 
 
 def run_task(run_dir) -> Task:
-    """The `Task` of a training run's dataset (translation for runs without a run.json)."""
-    from keras_transformer.run_directory import read_settings
+    """The `Task` of a training run's dataset (translation for runs without a run.json), its
+    search the run's own where run.json records one (`run_directory.run_search`: an imported
+    checkpoint's)."""
+    from keras_transformer.run_directory import read_settings, run_search
 
     run = read_settings(run_dir)
     # A run on a prepared corpus records the dataset it was prepared from (ptb: parsing).
     dataset = run.get("task_dataset") or run.get("dataset", "multi30k")
-    return task(dataset, run.get("target_language", "de"), run.get("lowercase", False))
+    found = task(dataset, run.get("target_language", "de"), run.get("lowercase", False))
+    return dataclasses.replace(found, search=run_search(run_dir, found.search))
 
 
 def bleu_summary(scores) -> str:
@@ -137,9 +140,7 @@ def file_stem(split, search: SearchSettings, well_formed=False) -> str:
     return stem + (".well_formed" if well_formed else "")
 
 
-def evaluate_corpus(
-    translator, source_path, target_path, output_dir, score, search=SearchSettings()
-):
+def evaluate_corpus(translator, source_path, target_path, output_dir, score, search=None):
     """Decodes a split, scores it, and writes `<stem>.hyp` and `<stem>.scores.json`.
 
     Args:
@@ -148,9 +149,11 @@ def evaluate_corpus(
         output_dir: where hypotheses and scores go; the file stem names split and search
             (`test.beam4.alpha0.6`), so runs with other searches never overwrite each other.
         score: `(sources, hypotheses, references) -> dict`, a `Task`'s.
-        search: the `SearchSettings` of `Translator.translate`.
+        search: the `SearchSettings` of `Translator.translate` (default: the translator's).
     """
     from pipelines.corpus import read_aligned_lines
+
+    search = search or translator.search
 
     sources, references = read_aligned_lines(source_path, target_path)
     start = time.perf_counter()
@@ -231,16 +234,17 @@ def split_name(source_path) -> str:
 
 
 def tune_alpha(
-    translator, source_path, target_path, output_dir, task, alphas, search=SearchSettings()
+    translator, source_path, target_path, output_dir, task, alphas, search=None
 ) -> tuple[float, dict]:
     """The α of `alphas` under which the (development) split scores best by `task.primary`,
     and that α's scores.
 
     Each α's hypotheses and scores go to `output_dir` as `evaluate_corpus` writes them, and the
     comparison to `<split>.beam<k>.alpha_tuning.json`; a tie goes to the α listed first.
-    `search` gives the rest of the search (its own α aside). The `Translator` takes α as a
-    tensor, so its search is traced once for all of them.
+    `search` (default: the translator's) gives the rest of the search (its own α aside). The
+    `Translator` takes α as a tensor, so its search is traced once for all of them.
     """
+    search = search or translator.search
     if search.beam_size < 2:
         raise ConfigError(
             f"tuning alpha needs a beam search: beam_size {search.beam_size} must be 2 or more"

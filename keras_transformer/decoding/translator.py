@@ -89,6 +89,8 @@ class Translator:
             such as `tree_constraint.WellFormedTrees`.
         slices: how many slices of a batch to decode side by side; default one per CPU core
             (`decoding.side_by_side_slices`).
+        search: the `SearchSettings` its methods decode with where they are given none: §6.1's,
+            or a run's own (`load_run`).
 
     Attributes:
         hypothesis_steps: the hypothesis-steps (one hypothesis through one decoder step) its
@@ -103,10 +105,12 @@ class Translator:
         jit_compile=False,
         constraint=None,
         slices=None,
+        search=SearchSettings(),
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.constraint = constraint
+        self.search = search
         self.weights_path = None  # set by `load_run`
         self.max_source_tokens = model.config.max_length - 1  # + EOS
         self.hypothesis_steps = 0
@@ -116,10 +120,12 @@ class Translator:
         # Not compiled as a whole, so that the slices' searches run at the same time.
         self._decode = tf.function(functools.partial(decode_side_by_side, search, slices=slices))
 
-    def decode_n_best(self, source_ids, search=SearchSettings()) -> BeamSearchResult:
+    def decode_n_best(self, source_ids, search=None) -> BeamSearchResult:
         """Padded source ids `[batch, length]` → the `search.beam_size` best hypotheses of each
         (`search.n_best_hypotheses`); beam size 1 decodes greedily. Only the `search.n_best`
-        best are sure to be the full search's: the search stops once they are final."""
+        best are sure to be the full search's: the search stops once they are final. `search`
+        defaults to the translator's (so in every method below)."""
+        search = search or self.search
         source_ids = tf.convert_to_tensor(source_ids, tf.int32)
         rows = source_ids.shape[0]
         # A Python beam size and extra length fix the shapes; alpha, a tensor, does not retrace.
@@ -135,12 +141,13 @@ class Translator:
         self.hypothesis_steps += hypothesis_steps(result, search.beam_size)
         return BeamSearchResult(*(tensor[:rows] for tensor in result))
 
-    def decode_ids(self, source_ids, search=SearchSettings()):
+    def decode_ids(self, source_ids, search=None):
         """Padded source ids `[batch, length]` → best target ids `[batch, out]` and scores,
         searched until the best is final (whatever `search.n_best`).
 
         Beam size 1 decodes greedily (scores are then plain log-probabilities).
         """
+        search = search or self.search
         result = self.decode_n_best(source_ids, search.replace(n_best=1))
         return best_of(result, search.beam_size)
 
@@ -165,7 +172,7 @@ class Translator:
     def translate(
         self,
         sentences,
-        search=SearchSettings(),
+        search=None,
         batch_sentences=BATCH_SENTENCES,
         progress=None,
     ) -> list[str]:
@@ -184,7 +191,7 @@ class Translator:
     def translate_n_best(
         self,
         sentences,
-        search=SearchSettings(),
+        search=None,
         alignments=False,
         batch_sentences=BATCH_SENTENCES,
         progress=None,
@@ -195,6 +202,7 @@ class Translator:
 
         `alignments`: add each hypothesis' word alignment (`forced` module docstring).
         """
+        search = search or self.search
 
         def decode(source, _):
             limit = self.model.config.max_length
@@ -213,7 +221,7 @@ class Translator:
         self,
         sources,
         targets,
-        search=SearchSettings(),
+        search=None,
         alignments=False,
         batch_sentences=BATCH_SENTENCES,
         target_name="target",
@@ -229,6 +237,7 @@ class Translator:
         if len(sources) != len(targets):
             raise CorpusError(f"{len(sources)} sources but {len(targets)} targets in {target_name}")
         target_ids = self._target_ids(targets, target_name)
+        search = search or self.search
 
         def score_batch(source, batch):
             targets = [target_ids[k] for k in batch]
@@ -381,6 +390,8 @@ def load_run(
     `ensemble`: more members to decode with (`ensemble.Ensemble`), each a run directory (its
     weights as `run_directory.run_weights` picks them) or a weights file in a run directory or in
     its checkpoints/; all must share the run's subword vocabulary.
+    Its search is the run's own where run.json records one (`run_directory.run_search`: an
+    imported checkpoint's), else §6.1's.
     """
     run_dir = Path(run_dir)
     if well_formed_trees:
@@ -392,7 +403,8 @@ def load_run(
         members = [_load_member(tokenizer, pieces, Path(path)) for path in ensemble]
         model = Ensemble([model, *members])
     constraint = WellFormedTrees.from_tokenizer(tokenizer) if well_formed_trees else None
-    translator = Translator(model, tokenizer, jit_compile, constraint)
+    search = run_directory.run_search(run_dir, SearchSettings())
+    translator = Translator(model, tokenizer, jit_compile, constraint, search=search)
     translator.weights_path = weights
     return translator
 

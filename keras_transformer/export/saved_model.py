@@ -41,7 +41,8 @@ slot the search left empty (fewer distinct hypotheses than beams) has an empty t
 source, as the paper's Figures 3-5 draw them; the pieces label them (EOS as "</s>", padding "").
 It never uses XLA. `source_lengths` counts a sentence's subwords and EOS before the cut at
 `max_length` that the text signatures make, so that a client can split a longer sentence instead.
-Each version also holds `layout.MODEL_INFO`: the languages it translates, for a server to list.
+Each version also holds `layout.MODEL_INFO`: the languages it translates, for a server to list,
+and `serving_default`'s search, which a server's other APIs search with too.
 
 Requests search from a fixed set, so that they cannot make a server compile without bound: a
 beam size of `REQUEST_BEAM_SIZES` or `serving_default`'s, and an extra length from 0 to the
@@ -54,9 +55,10 @@ sized for the longest extra length, which a request's extra length only limits
 (`search.greedy_decode`'s `longest_extra`): one program per beam size, request shape and padded
 width, whatever extra lengths the requests ask for.
 `serving_default` uses the paper's beam 4, α = 0.6 and input length + 50 (or the search given at
-export, e.g. §6.3's for a parser: its outputs are linearized trees, repaired by the caller with
-`keras_transformer.parsing.constituency.repaired_tree`, or well-formed as decoded when the
-translator carries a `tree_constraint.WellFormedTrees`, which then goes into every signature).
+export: an imported checkpoint's own, or §6.3's for a parser: its outputs are linearized trees,
+repaired by the caller with `keras_transformer.parsing.constituency.repaired_tree`, or
+well-formed as decoded when the translator carries a `tree_constraint.WellFormedTrees`, which
+then goes into every signature).
 TensorFlow Serving requires every input of a signature, so the search settings get a signature of
 their own rather than optional inputs. The minimum length (`SearchSettings.min_length`, 0 by
 default) and the length penalty's form (`penalty`) are the export's, in every signature: an input
@@ -82,6 +84,7 @@ Example (needs a trained run, so not run as a doctest)::
     export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
 """
 
+import dataclasses
 import functools
 import json
 import logging
@@ -372,14 +375,15 @@ def warmup_requests(model_name, max_length, search, batch_sizes=(1,)) -> list:
 def export_saved_model(
     translator,
     base,
-    search=SearchSettings(),
+    search=None,
     jit_compile=False,
     warmup_batch_sizes=(1,),
     languages=(None, None),
 ) -> Path:
     """Writes `translator` (a `Translator`) as the next version under `base`; returns its path.
 
-    `search`, a `SearchSettings`, is `serving_default`'s, §6.1's by default.
+    `search`, a `SearchSettings`, is `serving_default`'s; default: the translator's (§6.1's, or
+    an imported run's own).
     `languages`: the (source, target) codes the version records in `MODEL_INFO` (None: unknown).
     `jit_compile`: compile the signatures' search with XLA (see the module docstring), and write
     warm-up requests (`WARMUP_REQUESTS`) that compile it for the common source widths at load,
@@ -393,8 +397,9 @@ def export_saved_model(
         final, staging = base / str(version), base / f".{version}.partial"
         shutil.rmtree(staging, ignore_errors=True)  # a killed export's
         try:
+            search = search or translator.search
             _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes)
-            write_model_info(staging, model_info(translator, languages))
+            write_model_info(staging, model_info(translator, languages, search))
             for path in [*staging.rglob("*"), staging]:
                 sync_to_disk(path)
         except WriteError:  # the model info's, naming its file
@@ -427,14 +432,16 @@ def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_si
                 writer.write(request.SerializeToString())
 
 
-def model_info(translator, languages) -> dict:
-    """The `MODEL_INFO` of `translator` translating `languages`, (source, target) codes."""
+def model_info(translator, languages, search: SearchSettings) -> dict:
+    """The `MODEL_INFO` of `translator` translating `languages`, (source, target) codes, with
+    `search` in `serving_default`."""
     tokens = {code: f">>{code}<<" for code in getattr(translator.tokenizer, "target_languages", [])}
     return {
         "source_language": languages[0],
         "target_language": languages[1],
         "target_language_tokens": tokens,
         "max_length": translator.model.config.max_length,
+        "search": dataclasses.asdict(search),
     }
 
 

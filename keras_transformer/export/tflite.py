@@ -94,13 +94,14 @@ def export_tflite(
     path,
     quantize=None,
     source_length=None,
-    search=SearchSettings(),
+    search=None,
 ) -> Path:
     """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
 
     `quantize`: one of `TFLITE_QUANTIZATIONS`, or `None` for float32 weights.
 
-    `search`: the `SearchSettings` fixed in the model (§6.1's by default).
+    `search`: the `SearchSettings` fixed in the model (default: the translator's, §6.1's or
+    an imported run's own).
 
     `source_length`: the fixed source width in subwords with EOS; default
     `TFLITE_SOURCE_LENGTH`, or the model's `max_length` if that is shorter.
@@ -112,7 +113,7 @@ def export_tflite(
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
     with _without_notes(TENSORFLOW_NOTES):
-        flatbuffer = _convert(translator, source_length, search, quantize)
+        flatbuffer = _convert(translator, source_length, search or translator.search, quantize)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)

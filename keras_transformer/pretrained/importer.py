@@ -3,7 +3,9 @@
 The run directory it writes is one every command accepts as a trained run:
 
     config.json          the `TransformerConfig` read from the checkpoint's config.json
-    run.json             `imported_from` (the directory or hub name), the language codes
+    run.json             `imported_from` (the directory or hub name), the language codes, and
+                         `search`: the checkpoint's own search (`generation_config`), which
+                         every command decodes with unless its flags change it
     model.weights.h5     the weights, in this package's id order
     source.spm           the source SentencePiece model  } `pipelines.MarianTokenizer`
     target.spm           the target SentencePiece model  }
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +35,7 @@ from keras_transformer import run_directory
 from keras_transformer.config import ConfigError
 from keras_transformer.errors import KerasTransformerError
 from keras_transformer.model import Transformer
+from keras_transformer.pretrained.generation_config import generation_search
 from keras_transformer.pretrained.marian import (
     CHECKPOINT_FILES,
     SOURCE_SPM,
@@ -43,6 +47,8 @@ from keras_transformer.pretrained.marian import (
 )
 from keras_transformer.pretrained.marian_release import MarianRelease, holds_marian_release
 from pipelines.marian_tokenizer import VOCABULARY
+
+logger = logging.getLogger(__name__)
 
 # A Hugging Face Hub repository id: `Helsinki-NLP/opus-mt-en-de`.
 HUB_NAME = re.compile(r"[\w.-]+/[\w.-]+")
@@ -81,10 +87,12 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
     model = Transformer(config)
     assign_weights(model, checkpoint.tensors, order)
     source_language, target_language = checkpoint.languages
+    search, left_out = generation_search(checkpoint.generation, checkpoint.generation_path)
     settings = {
         "imported_from": imported_from,
         "source_language": source_language,
         "target_language": target_language,
+        "search": search,
     }
     with _new_directory(output) as partial:
         run_directory.write_text_atomically(partial / run_directory.CONFIG_FILE, config.to_json())
@@ -97,6 +105,13 @@ def import_checkpoint(source, output, options: ImportOptions = ImportOptions()) 
         run_directory.write_text_atomically(partial / run_directory.MARIAN_VOCABULARY_JSON, text)
         pieces = vocabulary_pieces(checkpoint, order)
         run_directory.write_text_atomically(partial / VOCABULARY, "".join(p + "\n" for p in pieces))
+    logger.info(
+        "%s decodes as %s says: %s%s",
+        output,
+        checkpoint.generation_path,
+        ", ".join(f"{name} {value}" for name, value in search.items()),
+        f"; left out: {', '.join(left_out)}" if left_out else "",
+    )
     return output
 
 

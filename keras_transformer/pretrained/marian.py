@@ -2,8 +2,9 @@
 
 A checkpoint directory as the Helsinki-NLP repositories hold it: `config.json` (transformers'
 `MarianConfig`), `model.safetensors` or `pytorch_model.bin`, `source.spm` and `target.spm` (the
-two SentencePiece models), `vocab.json` (the one vocabulary both index: piece → id) and
-`tokenizer_config.json` (language codes and special tokens).
+two SentencePiece models), `vocab.json` (the one vocabulary both index: piece → id),
+`tokenizer_config.json` (language codes and special tokens) and `generation_config.json` (how
+transformers' `generate()` decodes it: `generation_config`).
 
 OPUS-MT's architecture is the paper's: post-norm residuals, sinusoidal positions, embeddings
 ×√d_model, one embedding shared by the encoder, the decoder and the pre-softmax projection. What
@@ -43,6 +44,10 @@ import numpy as np
 
 from keras_transformer.config import TransformerConfig, read_json_file
 from keras_transformer.errors import KerasTransformerError
+from keras_transformer.pretrained.generation_config import (
+    GENERATION_CONFIG_FILE,
+    model_config_generation,
+)
 from keras_transformer.pretrained.tensor_files import CheckpointTensors, read_tensors
 from keras_transformer.run_directory import CheckpointError
 
@@ -52,7 +57,14 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 # Preferred first: safetensors is read without unpickling anything.
 WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")
-CHECKPOINT_FILES = (CONFIG_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SOURCE_SPM, TARGET_SPM)
+CHECKPOINT_FILES = (
+    CONFIG_FILE,
+    VOCAB_FILE,
+    TOKENIZER_CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    SOURCE_SPM,
+    TARGET_SPM,
+)
 
 # transformers' Marian layers are torch's `nn.LayerNorm` with its default ε; MarianConfig has
 # no setting for it.
@@ -96,6 +108,10 @@ class MarianCheckpoint:
         settings: config.json.
         vocabulary: vocab.json's pieces in Marian's id order.
         tokenizer_settings: tokenizer_config.json ({} where there is none).
+        generation_path: the file the generation settings come from: generation_config.json,
+            else config.json.
+        generation: its generation settings (`generation_config.model_config_generation` of
+            config.json where there is no generation_config.json).
         weights_path: model.safetensors, else pytorch_model.bin.
         layer_norm_epsilon: ε of the layer norms, transformers' (its Marian has no setting).
     """
@@ -114,6 +130,12 @@ class MarianCheckpoint:
         self.settings = read_json_file(self.config_path)
         tokenizer_path = self.directory / TOKENIZER_CONFIG_FILE
         self.tokenizer_settings = read_json_file(tokenizer_path) if tokenizer_path.is_file() else {}
+        self.generation_path = self.directory / GENERATION_CONFIG_FILE
+        if self.generation_path.is_file():
+            self.generation = read_json_file(self.generation_path)
+        else:
+            self.generation_path = self.config_path
+            self.generation = model_config_generation(self.settings)
         self.vocabulary = _read_vocabulary(self.directory / VOCAB_FILE)
         found = [name for name in WEIGHTS_FILES if (self.directory / name).is_file()]
         if not found:

@@ -20,7 +20,8 @@ files), the model `.npz` (Marian's parameters, its settings as YAML text in `spe
 Settings come from `special:model.yml`; what transformers' Marian cannot represent is refused by
 Marian's name of the setting. Marian's own layer norms use ε = 1e-6 (transformers' port: 1e-5),
 and its sinusoids have no length limit: the import's `max_length` defaults to decoder.yml's
-`max-length`, else Marian's default for translating, 1000.
+`max-length`, else Marian's default for translating, 1000. The search is the one the converter
+writes for transformers' `generate()`: decoder.yml's `beam-size` beams.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ DECODER_FILE = "decoder.yml"
 SETTINGS_KEY = "special:model.yml"
 MARIAN_LAYER_NORM_EPSILON = 1e-6
 MARIAN_MAX_LENGTH = 1000  # `marian-decoder --max-length`'s default
+CONVERTER_MAX_LENGTH = 512  # the generation `max_length` transformers' converter writes
 PAD_PIECE = "<pad>"
 # A layer's parameter: `encoder_l1_self_Wq`, `decoder_l6_ffn_ffn_ln_bias`.
 LAYER_PARAMETER = re.compile(r"(?P<side>encoder|decoder)_l(?P<layer>\d+)_(?P<rest>\w+)")
@@ -109,6 +111,8 @@ class MarianRelease(MarianCheckpoint):
         self.vocabulary = [*pieces, PAD_PIECE]  # as transformers' converter appends it
         self.tokenizer_settings = {}
         self.settings = self._transformers_settings(decoder)
+        self.generation_path = self.directory / DECODER_FILE
+        self.generation = self._transformers_generation(decoder)
         self.weights_path = model_path
         tensors = _transformers_tensors(parameters, model_path)
         self._tensors = CheckpointTensors(model_path, tensors, " (as transformers names it)")
@@ -146,6 +150,13 @@ class MarianRelease(MarianCheckpoint):
             "decoder_start_token_id": pad,
             "eos_token_id": self.vocabulary.index("</s>"),
         }
+
+    def _transformers_generation(self, decoder: dict) -> dict:
+        """The generation settings transformers' converter writes for the release: decoder.yml's
+        `beam-size`, a fixed `max_length` and `<pad>` banned."""
+        pad = self.settings["pad_token_id"]
+        beams = {"num_beams": _typed(decoder["beam-size"])} if "beam-size" in decoder else {}
+        return {**beams, "max_length": CONVERTER_MAX_LENGTH, "bad_words_ids": [[pad]]}
 
 
 def _transformers_tensors(parameters: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:

@@ -39,7 +39,6 @@ from pathlib import Path
 
 from durable_files import write_atomically
 from keras_transformer.errors import ConfigError
-from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import CorpusError, read_aligned_lines
 from pipelines.prepared import input_text_files
 
@@ -56,7 +55,7 @@ def distill_data_dir(
     present,
     teachers,
     with_references=True,
-    search=SearchSettings(),
+    search=None,
 ) -> Path:
     """Writes `output_dir`: `files`' training pairs plus the translator's, other splits linked.
 
@@ -70,8 +69,9 @@ def distill_data_dir(
         with_references: keep the original pairs before the translated ones; without them the
             student learns the teacher's outputs alone (its validation loss against the
             references then rises, docs/RESULTS.md).
-        search: the `SearchSettings` of `Translator.translate`.
+        search: the `SearchSettings` of `Translator.translate` (default: the translator's).
     """
+    search = search or translator.search
     if Path(output_dir).resolve() == Path(data_dir).resolve():
         raise ConfigError(f"output_dir {output_dir} holds the original data: name a new directory")
     mirrored = mirrored_paths(files, data_dir, output_dir)  # fails before minutes of decoding

@@ -13,7 +13,12 @@ from imported_runs import FIXTURES, reference_tensors, to_our_ids
 from keras_transformer import Transformer
 from keras_transformer.pretrained.importer import import_checkpoint
 from keras_transformer.pretrained.marian import UnsupportedCheckpointError
-from keras_transformer.run_directory import FINAL_WEIGHTS, CheckpointError, read_config
+from keras_transformer.run_directory import (
+    FINAL_WEIGHTS,
+    CheckpointError,
+    read_config,
+    read_settings,
+)
 from pipelines.tokenizer import PAD_ID
 from repo_paths import REPO_ROOT
 
@@ -36,6 +41,9 @@ def test_a_release_imports_as_its_hugging_face_checkpoint(tmp_path, imported_run
     marian_ids = json.loads((tmp_path / "release" / "vocab.json").read_text())
     assert marian_ids == json.loads((FIXTURES / "classic" / "vocab.json").read_text())
     assert (release.config.layer_norm_epsilon, release.config.max_length) == (1e-6, 1000)
+    # decoder.yml's beam-size, as transformers' converter writes num_beams.
+    search = read_settings(tmp_path / "release")["search"]
+    assert search == read_settings(imported_run("classic"))["search"]
 
 
 def test_a_release_scores_as_transformers_within_tolerance(tmp_path):

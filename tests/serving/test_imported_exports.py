@@ -122,12 +122,16 @@ def test_saved_model_greedy_ids_and_texts_are_transformers(saved_model, translat
 
 
 def test_saved_model_text_and_beam_search_equal_keras(saved_model, translator):
+    """`serving_default` searches as the run's translator does by default: as the checkpoint's
+    generation config says (4 beams, α 1, |Y|^α), the penalty's form in every signature."""
     sources = reference(MULTILINGUAL)["sources"]
     serve = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
     served = [t.decode("utf-8") for t in serve(text=tf.constant(sources))["translations"].numpy()]
-    assert served == translator.translate(sources, SearchSettings(extra_length=LIMIT))
+    search = translator.search.replace(extra_length=LIMIT)
+    assert search == SearchSettings(beam_size=4, alpha=1.0, penalty="length", extra_length=LIMIT)
+    assert served == translator.translate(sources, search)
     source = pad_to_bucket(our_sources(MULTILINGUAL))
-    result = beam_decode(translator.model, source, 4, alpha=0.6, extra_length=10)
+    result = beam_decode(translator.model, source, 4, alpha=0.6, extra_length=10, penalty="length")
     np.testing.assert_array_equal(
         translate_ids(saved_model, our_sources(MULTILINGUAL), 4, 10), result.ids[:, 0].numpy()
     )

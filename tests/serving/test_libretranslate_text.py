@@ -1,6 +1,7 @@
 """The LibreTranslate API's text handling, without a model: sentences and HTML paragraphs split
 and joined back, API key files, rate limits, language codes and names, request bodies."""
 
+import dataclasses
 import html
 import sys
 import types
@@ -11,6 +12,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from keras_transformer.errors import ConfigError
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.server.apis.api_keys import ApiKey, RateLimits, read_api_keys
 from keras_transformer.server.apis.http import answered, json_reply
 from keras_transformer.server.apis.language_id import (
@@ -24,6 +26,7 @@ from keras_transformer.server.apis.libretranslate import (
     filter_unique,
     parameters,
     requested_code,
+    routes,
 )
 from keras_transformer.server.documents import html_text, sentences
 from keras_transformer.server.documents.runs import Layout
@@ -179,6 +182,21 @@ def test_without_the_detect_extra_detection_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "py3langid.langid", None)
     with pytest.raises(DetectorMissing, match=r"keras-transformer\[detect\]"):
         LanguageIdentifier().rank("A dog runs.", ["en"])
+
+
+def test_each_route_searches_as_its_export_records():
+    """An export's model_info.json records its `serving_default` search (an imported
+    checkpoint's own); one without it is searched with §6.1's."""
+
+    def served(name, source, **info):
+        info = {"source_language": source, "target_language": "de", "max_length": 64, **info}
+        return types.SimpleNamespace(name=name, serving=types.SimpleNamespace(info=info))
+
+    imported = SearchSettings(alpha=1.0, penalty="length")
+    opus = served("opus", "en", search=dataclasses.asdict(imported))
+    found = routes([opus, served("older", "fr")])
+    assert found[("en", "de")].search == imported
+    assert found[("fr", "de")].search == SearchSettings()
 
 
 def test_alternatives_are_unique_and_leave_out_the_translation():

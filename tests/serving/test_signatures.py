@@ -2,6 +2,7 @@
 (`layout.MODEL_INFO`), its weight bytes, the `attention` and `source_lengths` signatures, and the
 requests its graph refuses in words."""
 
+import dataclasses
 import json
 import shutil
 
@@ -14,6 +15,7 @@ from keras_transformer.decoding.translator import load_run
 from keras_transformer.errors import ConfigError
 from keras_transformer.export.exporter import ExportOptions, exported_languages
 from keras_transformer.export.layout import MODEL_INFO
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.server.errors import ServingError
 from keras_transformer.server.models.limits import Limits
 from keras_transformer.server.models.servable import Servable
@@ -56,6 +58,7 @@ def test_export_records_the_runs_languages_and_max_length(exported):
         "target_language": "de",
         "target_language_tokens": {},
         "max_length": 24,
+        "search": dataclasses.asdict(SearchSettings()),  # serving_default's
     }
 
 

@@ -112,7 +112,9 @@ class LibreTranslateCors(CORSMiddleware):
         return Response(b"", reply.status_code, kept, media_type="text/plain")
 
 
-SEARCH = SearchSettings()  # §6.1's beam 4, α 0.6, extra length 50
+# The search of an export that records none in its model info: §6.1's beam 4, α 0.6, extra
+# length 50. An export records its `serving_default`'s (an imported checkpoint's own, say).
+SEARCH = SearchSettings()
 # The beam sizes of the exported `translate_options` (saved_model.REQUEST_BEAM_SIZES) that hold
 # the alternatives: §6.1's 4, or 8 for more than 3.
 LARGEST_BEAM = 8
@@ -181,11 +183,13 @@ class LibreTranslateSettings:
 @dataclass(frozen=True)
 class Route:
     """Where a language pair is translated: the model, and the token that leads a source to a
-    multilingual model's target (or None), and its longest source in subwords."""
+    multilingual model's target (or None), its longest source in subwords, and the search its
+    export's `serving_default` makes."""
 
     model: str
     token: str | None
     max_length: int
+    search: SearchSettings = SEARCH
 
     def model_input(self, sentence: str) -> str:
         return f"{self.token} {sentence}" if self.token else sentence
@@ -204,7 +208,8 @@ def routes(served_models) -> dict[tuple[str, str], Route]:
             tokens = {info["target_language"]: None}
         source = public_code(info["source_language"])
         for target, token in tokens.items():
-            route = Route(model.name, token, info["max_length"])
+            search = SearchSettings(**info["search"]) if "search" in info else SEARCH
+            route = Route(model.name, token, info["max_length"], search)
             found.setdefault((source, public_code(target)), route)
     return found
 
@@ -450,7 +455,8 @@ class LibreTranslate:
             return self._translated_html(route, texts), [[] for _ in texts]
         documents = self._fitted(route, [sentences.split(text) for text in texts])
         units = [piece.text for pieces in documents for piece in pieces if piece.translate]
-        beam = SEARCH.beam_size if alternatives < SEARCH.beam_size else LARGEST_BEAM
+        search = route.search
+        beam = search.beam_size if alternatives < search.beam_size else LARGEST_BEAM
         best, n_best = self._search(route, units, beam) if units else ([], [])
         translations, others, start = [], [], 0
         for pieces in documents:
@@ -525,8 +531,8 @@ class LibreTranslate:
             "translate_options",
             units,
             beam_size=beam,
-            alpha=SEARCH.alpha,
-            extra_length=SEARCH.extra_length,
+            alpha=route.search.alpha,
+            extra_length=route.search.extra_length,
         )
         best = [text.decode("utf-8") for text in outputs["translations"]]
         n_best = [[text.decode("utf-8") for text in row] for row in outputs["n_best_translations"]]
@@ -579,7 +585,7 @@ class ModelSentences:
         for (chunk,) in self._chunks(list(units)):
             fitted = self.api._fitted(self.route, [[Piece(unit, True)] for unit in chunk])
             parts = [piece.text for pieces in fitted for piece in pieces if piece.translate]
-            best, _ = self.api._search(self.route, parts, SEARCH.beam_size)
+            best, _ = self.api._search(self.route, parts, self.route.search.beam_size)
             start = 0
             for unit, pieces in zip(chunk, fitted, strict=True):
                 end = start + sum(piece.translate for piece in pieces)
