@@ -66,12 +66,18 @@ WHY_LEFT_OUT = {
     "max_new_tokens": FIXED_LIMIT,
     "early_stopping": "ours stops exactly, as early_stopping 'never'",
 }
-# Fields that are no search's: the token ids the import maps, and bookkeeping.
+# Fields that are no search's: the token ids the import maps, what generate() returns beside
+# the ids, and bookkeeping.
 NOT_SEARCH = {
     "pad_token_id",
     "eos_token_id",
     "bos_token_id",
     "decoder_start_token_id",
+    "use_cache",
+    "output_attentions",
+    "output_hidden_states",
+    "output_scores",
+    "return_dict_in_generate",
     "transformers_version",
     "_from_model_config",
 }

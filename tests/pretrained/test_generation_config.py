@@ -13,6 +13,7 @@ from keras_transformer.analysis.evaluation import file_stem, run_task, task
 from keras_transformer.cli import build_parser, commands, main
 from keras_transformer.config import ConfigError
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.pretrained.generation_config import generation_search
 from keras_transformer.pretrained.importer import import_checkpoint
 from keras_transformer.run_directory import read_settings, write_settings
 from keras_transformer.search_settings import SearchSettings
@@ -110,6 +111,14 @@ def test_config_json_gives_the_search_where_there_is_no_generation_config(tmp_pa
     assert f"decodes as {checkpoint / 'config.json'} says" in caplog.text
     assert "left out: max_length=512 (a fixed limit" in caplog.text
     assert "do_sample" not in caplog.text  # generate()'s default: nothing is left out
+
+
+def test_what_generate_returns_beside_the_ids_is_not_named_as_left_out():
+    """transformers writes `use_cache` and the output switches into every generation config
+    that save_pretrained saves: they choose what generate() returns, not how it searches."""
+    generation = {"num_beams": 4, "use_cache": True, "output_attentions": False}
+    generation |= {"output_hidden_states": False, "return_dict_in_generate": False}
+    assert generation_search(generation, "generation_config.json")[1] == []
 
 
 @pytest.mark.parametrize(
