@@ -1,6 +1,6 @@
 """int8 matrix products on CPU against float32: which kernel, if any, makes int8 pay.
 
-Table: docs/PERFORMANCE.md#int8.
+Table: docs/PRETRAINED_PERFORMANCE.md#int8-kernels.
 
 One product `x [M, K] @ w [K, N]` at each shape of `--shapes` (a projection of the model: the
 output projection of OPUS-MT en-de is 512×58101), through each path a `--quantize int8` could

@@ -1,7 +1,7 @@
 """Beam search on a pretrained-model-sized Marian checkpoint: ours against transformers and
 CTranslate2, target tokens/s and peak memory.
 
-Table: docs/PERFORMANCE.md#pretrained-models.
+Table: docs/PRETRAINED_PERFORMANCE.md#speed-against-transformers-and-ctranslate2.
 
 The checkpoint is OPUS-MT en-de's shape with random weights: `base` (6+6 layers, d_model 512, 8
 heads, d_ff 2048), swish, a shared vocabulary of 58,101 pieces whose last is `<pad>`, EOS id 0,

@@ -4,7 +4,7 @@ the records as a Markdown table. Standard library only, so that a child in anoth
 environment (`pretrained.py`'s reference engines) imports it too.
 
 Table: none of its own; `ctranslate2.py` and `pretrained.py` record with it
-(docs/PERFORMANCE.md#pretrained-models).
+(docs/PRETRAINED_PERFORMANCE.md#speed-against-transformers-and-ctranslate2).
 """
 
 import json
