@@ -5,6 +5,7 @@ a bad config that keeps the last good one.
 
 The models are the session's tiny export copied to more base paths (no export of their own)."""
 
+import dataclasses
 import logging
 import shutil
 import threading
@@ -17,6 +18,7 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from durable_files import write_atomically
 from keras_transformer import cli
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.server.models.batching import BatchingParameters
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.model_config import All, Latest, ModelsToServe, Specific
@@ -121,8 +123,10 @@ def test_models_endpoint_lists_each_version_with_its_labels(server):
         "source_language",
         "target_language",
         "target_language_tokens",
+        "search",
     }
     assert ende[0]["target_language_tokens"] == {}  # a model of one target
+    assert ende[0]["search"] == dataclasses.asdict(SearchSettings())  # §6.1's, as exported
 
 
 def test_two_models_version_1_never_share_a_batch(server):

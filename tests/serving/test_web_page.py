@@ -44,6 +44,8 @@ NAME, MULTILINGUAL, REVERSED = "m30k-ende", "opus-mt-en-mul", "reversed-deen"
 SENTENCE = "A man in a blue shirt is riding a bike."
 CHAR_LIMIT = 200
 SEARCH = {"beam_size": 4, "alpha": 0.6, "extra_length": 50}  # the Inspect panel's: §6.1's
+# The multilingual model's own, recorded in its model_info.json as an imported model's is.
+OWN_SEARCH = {"beam_size": 2, "alpha": 1.0, "extra_length": 50}
 SIZES = {
     "desktop": {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
     "phone": {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
@@ -133,11 +135,23 @@ def reversed_model(exported, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(exported, multilingual, reversed_model):
+def multilingual_with_its_search(multilingual, tmp_path_factory):
+    """A copy of `multilingual` whose model_info.json records a search of its own, as an
+    imported model's export records its checkpoint's: the Inspect panel asks with it."""
+    base = tmp_path_factory.mktemp("own-search") / MULTILINGUAL
+    shutil.copytree(multilingual, base)
+    info_path = base / "1" / MODEL_INFO
+    info = json.loads(info_path.read_text())
+    info_path.write_text(json.dumps(info | {"search": info["search"] | OWN_SEARCH}))
+    return base
+
+
+@pytest.fixture(scope="module")
+def server(exported, multilingual_with_its_search, reversed_model):
     models = ModelManager(
         [
             ServedModel(NAME, exported),
-            ServedModel(MULTILINGUAL, multilingual),
+            ServedModel(MULTILINGUAL, multilingual_with_its_search),
             ServedModel(REVERSED, reversed_model),
         ]
     )
@@ -490,14 +504,17 @@ def test_detect_the_language_and_the_multilingual_model_with_its_token(browser, 
     detected = reply["detectedLanguage"]
     assert detected["language"] == "en"
     assert element(browser, "#detected").text == f"Detected: English ({detected['confidence']:g}%)"
-    # The pair's model is the multilingual one: its input is led by French's token.
+    # The pair's model is the multilingual one: its input is led by French's token, and it is
+    # searched as its export records (beam 2, not the paper's 4).
     press(browser, "#inspect summary", Keys.ENTER)
     wait_until(lambda: elements(browser, "#n-best li") or error_shown(browser))
     assert element(browser, "#model-details").text.startswith(f"Model {MULTILINGUAL}, version 1")
-    inputs = {"text": [f">>fra<< {SENTENCE}"], **SEARCH}
+    inputs = {"text": [f">>fra<< {SENTENCE}"], **OWN_SEARCH}
     expected = predict(server, "translate_options", inputs, MULTILINGUAL)
     first = element(browser, "#n-best li .hypothesis")
     assert text_of(first) == expected["translations"][0]
+    n_best = [text for text in expected["n_best_translations"][0] if text]
+    assert [text_of(e) for e in elements(browser, "#n-best li .hypothesis")] == n_best
 
 
 @pytest.mark.slow  # a browser process

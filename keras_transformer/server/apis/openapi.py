@@ -131,6 +131,15 @@ SCHEMAS = {
                             "type": "object",
                             "additionalProperties": STRING,
                         },
+                        search=_object(
+                            beam_size=INTEGER,
+                            alpha=NUMBER,
+                            penalty=STRING,
+                            extra_length=INTEGER,
+                            n_best=INTEGER,
+                            min_length=INTEGER,
+                        )
+                        | {"nullable": True},
                     )
                 ),
             )

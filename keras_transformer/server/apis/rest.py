@@ -132,8 +132,8 @@ def metadata_reply(servable) -> dict:
 
 def models_reply(models) -> dict:
     """`GET /v1/models` (ours, not TF Serving's): each of `models` (`ServedModel`s), each
-    version's state, labels, weight bytes and languages (a multilingual model's target tokens
-    too)."""
+    version's state, labels, weight bytes, languages (a multilingual model's target tokens
+    too) and `serving_default`'s search (null for an export that does not record it)."""
     return {
         "models": [
             {"name": model.name, "versions": [_version_entry(model, s) for s in model.status()]}
@@ -152,6 +152,7 @@ def _version_entry(model, servable) -> dict:
         "source_language": info.get("source_language"),
         "target_language": info.get("target_language"),
         "target_language_tokens": info.get("target_language_tokens", {}),
+        "search": info.get("search"),
     }
 
 

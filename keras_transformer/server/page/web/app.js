@@ -125,7 +125,7 @@ function routeOf(source, target) {
     if (into && names(model.source, source)) {
       const megabytes = (model.version.weight_bytes / 1e6).toFixed(1);
       const details = `Model ${model.name}, version ${model.version.version}, ${megabytes} MB of weights.`;
-      return { model: model.name, token: into.token, details };
+      return { model: model.name, token: into.token, details, search: model.version.search };
     }
   }
   return null;

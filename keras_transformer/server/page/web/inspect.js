@@ -6,8 +6,16 @@
 
 import { call, ServerError, showError } from "./server.js";
 
-// §6.1's search: beam 4, length penalty α = 0.6, output up to the input's length + 50.
-const SEARCH = { beam_size: 4, alpha: 0.6, extra_length: 50 };
+// §6.1's search (beam 4, length penalty α = 0.6, output up to the input's length + 50), for an
+// export that does not record its own; `translate_options` takes these three as inputs.
+const PAPER_SEARCH = { beam_size: 4, alpha: 0.6, extra_length: 50 };
+
+// The search of `route`'s export (an imported model's is its checkpoint's), as the inputs of
+// `translate_options`.
+function searchOf(route) {
+  const search = route.search || PAPER_SEARCH;
+  return { beam_size: search.beam_size, alpha: search.alpha, extra_length: search.extra_length };
+}
 
 // The two heat maps: which output of the `attention` signature, and which pieces are its rows.
 const MAPS = [
@@ -41,8 +49,8 @@ export class Inspector {
     window.addEventListener("resize", () => this.drawMaps());
   }
 
-  // `text`, translated by `route` ({model, token, details}; null when no model is known for
-  // the pair): shown now if the panel is open, else when it is opened.
+  // `text`, translated by `route` ({model, token, details, search}; null when no model is
+  // known for the pair): shown now if the panel is open, else when it is opened.
   show(text, route) {
     this.subject = { text, route };
     this.loaded = false;
@@ -75,7 +83,7 @@ export class Inspector {
       const input = route.token ? `${route.token} ${text}` : text;
       const reply = await call(predictPath(route), {
         signature_name: "translate_options",
-        inputs: { text: [input], ...SEARCH },
+        inputs: { text: [input], ...searchOf(route) },
       });
       if (request === this.request) {
         this.showTranslations(route, input, reply.outputs, request);
