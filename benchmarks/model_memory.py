@@ -13,7 +13,8 @@ runs. Then, for each count N of `--counts`:
   VmHWM.
   The server's threads are TensorFlow's defaults, one a core.
 - `litert-int8`: N LiteRT interpreters (XNNPACK) of the run's TFLite export with int8 weights
-  (`export --format tflite --quantize dynamic`) in one process, after one translation each.
+  (`export --format tflite --quantize dynamic --beam 4`) in one process, after one translation
+  each.
 - `ct2-float32`, `ct2-int8`: N `ctranslate2.Translator`s of the converted model in one process
   of the reference environment (`--threads` each), after one beam-4 translation of the same
   sentence each.
@@ -163,11 +164,13 @@ def child_memory(args, engine, path, count) -> dict:
 
 
 def tflite_int8(run: Path, workdir: Path) -> Path:
-    """The run's TFLite export with int8 weights, made once per `--workdir`."""
+    """The run's TFLite export with int8 weights and the other engines' beam, made once per
+    `--workdir`."""
     path = workdir / TFLITE_INT8
     if not path.is_file():
         command = [sys.executable, "-m", "keras_transformer", "export", "--model", str(run)]
         command += ["--format", "tflite", "--quantize", "dynamic", "--output", str(path)]
+        command += ["--beam", str(pretrained.BEAM_SIZE)]  # the random checkpoint's config: 1
         subprocess.run(command, check=True)
     return path
 
