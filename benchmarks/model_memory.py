@@ -1,5 +1,5 @@
 """Many models in one server: the resident memory of 1, 2 and 4 OPUS-MT-base-shaped models, ours
-served from one model config file against CTranslate2 holding the same models.
+served from one model config file against LiteRT and CTranslate2 holding the same models.
 
 Table: docs/PRETRAINED_PERFORMANCE.md#many-models-in-one-server.
 
