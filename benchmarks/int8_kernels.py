@@ -83,13 +83,13 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, k, n
 
 
-def quantize_per_channel(w):
-    """`w [K, N]` as int8 and the float32 scale of each output channel `[N]` (absolute maximum
-    to 127, Keras's `AbsMaxQuantizer(axis=0)`): `w ≈ w_int8 / scale`."""
+def abs_max_quantize(t, axis):
+    """`t` as int8 and the float32 scale of each slice along `axis` (absolute maximum to 127,
+    Keras's `AbsMaxQuantizer(axis)`), kept as a dimension of 1: `t ≈ t_int8 / scale`."""
     import tensorflow as tf
 
-    scale = INT8_MAX / (tf.reduce_max(tf.abs(w), axis=0) + 1e-7)
-    return tf.cast(tf.clip_by_value(tf.round(w * scale), -INT8_MAX, INT8_MAX), tf.int8), scale
+    scale = INT8_MAX / (tf.reduce_max(tf.abs(t), axis=axis, keepdims=True) + 1e-7)
+    return tf.cast(tf.clip_by_value(tf.round(t * scale), -INT8_MAX, INT8_MAX), tf.int8), scale
 
 
 def tensorflow_paths(w) -> dict:
@@ -97,15 +97,13 @@ def tensorflow_paths(w) -> dict:
     import keras
     import tensorflow as tf
 
-    w_int8, w_scale = quantize_per_channel(w)
+    w_int8, w_scale = abs_max_quantize(w, axis=0)  # per output channel
 
     def float32(x):
         return tf.matmul(x, w)
 
     def int8_matmul(x):
-        # Per row, as Keras's inputs quantizer (`AbsMaxQuantizer(axis=-1)`).
-        x_scale = INT8_MAX / (tf.reduce_max(tf.abs(x), axis=-1, keepdims=True) + 1e-7)
-        x_int8 = tf.cast(tf.clip_by_value(tf.round(x * x_scale), -INT8_MAX, INT8_MAX), tf.int8)
+        x_int8, x_scale = abs_max_quantize(x, axis=-1)  # per row, as Keras's inputs quantizer
         product = tf.matmul(x_int8, w_int8, output_type=tf.int32)
         return tf.cast(product, tf.float32) / (x_scale * w_scale)
 

@@ -41,7 +41,7 @@ import urllib.request
 from pathlib import Path
 
 import pretrained
-from records import child_record, machine, markdown_table
+from records import child_record, machine, markdown_table, status_mib
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_TAG = "MODEL_MEMORY_RESULT "
@@ -50,10 +50,9 @@ TFLITE_INT8 = "model-int8.tflite"
 SENTENCE = "A man in a blue shirt is standing on a ladder cleaning windows."
 
 
-def status_mib(pid, field) -> int:
-    """A memory figure (VmRSS, VmHWM) of a process's /proc status, in MiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return round(int(re.search(rf"{field}:\s+(\d+)", status)[1]) / 1024)
+def memory_of(pid="self") -> dict:
+    """A process's resident memory now and at its peak, in MiB."""
+    return {"rss_mib": status_mib("VmRSS", pid), "peak_rss_mib": status_mib("VmHWM", pid)}
 
 
 def model_config(saved_model: Path, count: int) -> str:
@@ -85,10 +84,7 @@ def served_memory(saved_model: Path, count: int) -> dict:
                 with urllib.request.urlopen(url, body, timeout=600) as reply:
                     json.loads(reply.read())
             time.sleep(1)  # freed buffers returned
-            return {
-                "rss_mib": status_mib(server.pid, "VmRSS"),
-                "peak_rss_mib": status_mib(server.pid, "VmHWM"),
-            }
+            return memory_of(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=120)
@@ -109,8 +105,7 @@ def ct2_child(args):
             ctranslate2.Translator(str(args.path), device="cpu", intra_threads=args.threads)
         )
         translators[-1].translate_batch(pieces, beam_size=pretrained.BEAM_SIZE)
-    record = {"rss_mib": status_mib("self", "VmRSS"), "peak_rss_mib": status_mib("self", "VmHWM")}
-    print(RESULT_TAG + json.dumps(record), flush=True)
+    print(RESULT_TAG + json.dumps(memory_of()), flush=True)
 
 
 def litert_child(args):
@@ -125,8 +120,7 @@ def litert_child(args):
         source = np.full(translate.get_input_details()["source_ids"]["shape"], 5, np.int32)
         source[0, -1] = 0  # EOS, Marian's id 0
         translate(source_ids=source)
-    record = {"rss_mib": status_mib("self", "VmRSS"), "peak_rss_mib": status_mib("self", "VmHWM")}
-    print(RESULT_TAG + json.dumps(record), flush=True)
+    print(RESULT_TAG + json.dumps(memory_of()), flush=True)
 
 
 def load_breakdown_child(args):
@@ -140,14 +134,14 @@ def load_breakdown_child(args):
 
     from keras_transformer.server.models.servable import variable_bytes
 
-    before = status_mib("self", "VmRSS")
+    before = status_mib("VmRSS")
     skip = tf.saved_model.LoadOptions(experimental_skip_checkpoint=True)
     tf.saved_model.load(str(args.path), options=skip)
-    graphs = status_mib("self", "VmRSS")
+    graphs = status_mib("VmRSS")
     whole = tf.saved_model.load(str(args.path))
     record = {
         "graphs_mib": graphs - before,
-        "graphs_and_weights_mib": status_mib("self", "VmRSS") - graphs,
+        "graphs_and_weights_mib": status_mib("VmRSS") - graphs,
         "variables_mib": round(variable_bytes(whole.signatures.values()) / 2**20),
     }
     print(RESULT_TAG + json.dumps(record), flush=True)

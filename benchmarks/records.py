@@ -46,13 +46,18 @@ def machine() -> dict:
     }
 
 
+def status_mib(field, pid="self") -> int:
+    """A memory figure (VmRSS, VmHWM, ...) of a process's /proc status, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return round(int(line.split()[1]) / 1024)
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
 def peak_rss_mib() -> int:
     """This process's peak resident memory since its `exec` (VmHWM). Not `ru_maxrss`, which a
     child inherits from its parent's at `fork`."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024)
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    return status_mib("VmHWM")
 
 
 def child_record(engine, command, tag, cwd, environment=None) -> dict:
