@@ -260,11 +260,18 @@ def beam_decode(
     exact_hypotheses=None,
     min_length=0,
     penalty="gnmt",
+    cache_blocks=True,
 ) -> BeamSearchResult:
     """Beam search (§6.1) of source ids `[batch, source_length]` (PAD = 0); `model`,
     `constraint`, `longest_extra` and `min_length` as for `greedy_decode`, with one source row
     per hypothesis; `compact` (not under XLA), `exact_hypotheses` and `penalty` as for
-    `beam_search.beam_search`."""
+    `beam_search.beam_search`.
+
+    `cache_blocks`: grow the decoding cache by blocks of `beam_search.CACHE_BLOCK` positions,
+    a loop per block (less to gather and attend over in the early steps); False searches in one
+    loop over the whole cache, as a LiteRT model wants: its delegate packs the weights of every
+    loop anew, and each loop carries its own copy of the tensors it takes in. The results are
+    the same."""
     step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
     )
@@ -277,7 +284,7 @@ def beam_decode(
         length,
         limits,
         banned_ids=NEVER_GENERATED,
-        position_axes=axes,
+        position_axes=axes if cache_blocks else None,
         compact=compact,
         exact_hypotheses=exact_hypotheses,
         min_length=min_length,
@@ -297,13 +304,15 @@ def n_best_hypotheses(
     exact_hypotheses=None,
     min_length=0,
     penalty="gnmt",
+    cache_blocks=True,
 ) -> BeamSearchResult:
     """The `beam_size` best hypotheses of each source, best first, as a `BeamSearchResult`:
     beam search's finished set, or for `beam_size` 1 greedy decoding's one hypothesis, scored
     as a beam's (log P / lp, §6.1, lp of the form `penalty`). A slot the search left empty
     (fewer distinct hypotheses than beams) scores `NEG_INF`. A tensor `beam_size`, as a
     serving signature takes it, chooses at run time; `longest_extra` and `min_length` as for
-    `greedy_decode`; `compact`, `exact_hypotheses` and `penalty` as for `beam_decode`."""
+    `greedy_decode`; `compact`, `exact_hypotheses`, `penalty` and `cache_blocks` as for
+    `beam_decode`."""
 
     def greedy():
         result = greedy_decode(
@@ -327,6 +336,7 @@ def n_best_hypotheses(
             exact_hypotheses,
             min_length,
             penalty,
+            cache_blocks,
         )
 
     if isinstance(beam_size, int):
@@ -334,7 +344,7 @@ def n_best_hypotheses(
     return tf.cond(tf.equal(beam_size, 1), greedy, beam)
 
 
-def n_best_search(model, constraint=None, longest_extra=None, compact=False):
+def n_best_search(model, constraint=None, longest_extra=None, compact=False, cache_blocks=True):
     """`n_best_hypotheses` of `model` under `constraint`, as a function of what varies from
     call to call: `(source_ids, beam_size, alpha, extra_length, exact_hypotheses=None,
     min_length=0, penalty="gnmt")`, the arguments a `tf.function` of it takes (`Translator`'s,
@@ -361,6 +371,7 @@ def n_best_search(model, constraint=None, longest_extra=None, compact=False):
             exact_hypotheses,
             min_length,
             penalty,
+            cache_blocks,
         )
 
     return search_n_best
@@ -393,9 +404,11 @@ def best_hypotheses(
     constraint=None,
     min_length=0,
     penalty="gnmt",
+    cache_blocks=True,
 ):
-    """`best_of` the `n_best_hypotheses`, searched until the best is final."""
-    search = n_best_search(model, constraint)
+    """`best_of` the `n_best_hypotheses`, searched until the best is final (`cache_blocks` as
+    for `beam_decode`)."""
+    search = n_best_search(model, constraint, cache_blocks=cache_blocks)
     result = search(source_ids, beam_size, alpha, extra_length, 1, min_length, penalty)
     return best_of(result, beam_size)
 

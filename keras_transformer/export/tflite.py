@@ -4,7 +4,12 @@
 cannot run `SELECT_TF_OPS`), so tokenization stays with the caller: one signature `translate`,
 `source_ids [1, source_length]` int32 (PAD = 0, EOS-terminated) → `target_ids [1, L]` int32 and
 `scores [1]`, with L = min(source_length + extra_length, max_length). Batch, lengths, beam size,
-α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static.
+α and the decoding cache are fixed at export, so every shape in the `WHILE` loop is static. The
+beam search runs in one `WHILE` loop over the whole cache (`search.beam_decode`'s
+`cache_blocks=False`), not a loop per cache block as in TensorFlow: LiteRT's XNNPACK delegate
+packs the weights of every loop anew, and each loop carries its own float32 copy of the tied
+embedding matrix, so that a loop per block multiplied the memory an interpreter holds
+(docs/PRETRAINED_PERFORMANCE.md).
 Variables are frozen into constants first: LiteRT cannot read resource variables from inside a
 `WHILE` body. `quantize` (`layout.TFLITE_QUANTIZATIONS`) stores the weights smaller:
 
@@ -83,6 +88,7 @@ def tflite_search_function(model, source_length, search=SearchSettings(), constr
             constraint,
             search.min_length,
             search.penalty,
+            cache_blocks=False,
         )
         return {"target_ids": target_ids, "scores": scores}
 

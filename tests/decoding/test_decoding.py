@@ -351,20 +351,26 @@ def test_xla_compiled_search_gives_the_same_translations(model):
     np.testing.assert_array_equal(compiled[2], plain[2])
 
 
-def test_cache_grown_by_blocks_gives_the_preallocated_cache_results(model, monkeypatch):
+def test_cache_grown_by_blocks_gives_the_one_loop_results(model):
     # Sentence limits of 41 to 59 tokens and hypotheses of 1 to 59 in one batch: the cache grows
     # through four blocks, and sentences stop in different ones. XLA, the fast path, against
-    # the whole preallocated cache.
+    # one loop over the whole preallocated cache (`cache_blocks=False`, the TFLite export's).
     source = tf.constant(padded([*SOURCES, [*range(3, 21), EOS_ID], [EOS_ID]]))
 
-    def search(source_ids):
-        result = beam_decode(model, source_ids, beam_size=3, alpha=0.6, extra_length=40)
+    def search(source_ids, cache_blocks):
+        result = beam_decode(
+            model, source_ids, beam_size=3, alpha=0.6, extra_length=40, cache_blocks=cache_blocks
+        )
         return result.ids, result.scores, result.lengths
 
+    def loops(cache_blocks):
+        graph = tf.function(search).get_concrete_function(source, cache_blocks).graph
+        return sum(op.type in ("While", "StatelessWhile") for op in graph.get_operations())
+
     assert 3 * beam_search_module.CACHE_BLOCK < 59
-    grown = tf.function(search, jit_compile=True)(source)
-    monkeypatch.setattr(beam_search_module, "CACHE_BLOCK", 10**6)  # one block: preallocated
-    preallocated = tf.function(search)(source)
+    assert loops(False) == 1 < loops(True)
+    grown = tf.function(search, jit_compile=True)(source, True)
+    preallocated = tf.function(search)(source, False)
     assert set(np.ravel(preallocated[2])) >= {1, 59}
     np.testing.assert_array_equal(grown[0], preallocated[0])
     np.testing.assert_allclose(grown[1], preallocated[1], atol=1e-4)
