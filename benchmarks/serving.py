@@ -64,7 +64,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.export.layout import WARMUP_REQUESTS
-from keras_transformer.export.saved_model import versions
+from keras_transformer.export.versions import versions
 from pipelines.corpus import read_lines
 
 NAME = "bench"

@@ -53,7 +53,12 @@ def _parent(*add) -> argparse.ArgumentParser:
 
 
 def _model_flags(parser):
-    parser.add_argument("--model", type=Path, required=True, help="training run directory")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="training run directory (translate: or a TFLite export's .tflite file)",
+    )
     parser.add_argument("--weights", type=Path, help=WEIGHTS_HELP)
 
 

@@ -139,6 +139,8 @@ def translate(args):
     """translate lines of a file or stdin"""
     from keras_transformer.decoding.translator import n_best_text, with_target_language
 
+    if args.model.suffix == ".tflite":
+        return translate_with_tflite(args)
     task, search = task_and_search(args)
     translator = load_translator(args, args.jit_compile)
     lines = read_input(args.input)
@@ -151,6 +153,49 @@ def translate(args):
     translations = translator.translate(lines, search)
     text = "".join(task.present(s, t) + "\n" for s, t in zip(lines, translations, strict=True))
     write_output(args.output, text)
+
+
+# What `translate` offers a run directory only: a TFLite model returns one hypothesis and its
+# score, with the search and weights fixed at export.
+RUN_ONLY_TRANSLATE_OPTIONS = (
+    "weights",
+    "ensemble",
+    "well_formed",
+    "jit_compile",
+    "n_best",
+    "scores",
+    "alignments",
+)
+
+
+def translate_with_tflite(args):
+    """`translate` with a TFLite export (`--model x.tflite`), on LiteRT: the search is the one
+    fixed in the model, which search parameters may repeat but not change."""
+    from keras_transformer.decoding.translator import with_target_language
+    from keras_transformer.export.tflite_translator import TFLiteTranslator
+
+    given = [name for name in RUN_ONLY_TRANSLATE_OPTIONS if getattr(args, name, None)]
+    if given:
+        raise CommandError(
+            "translate",
+            f"{', '.join(given)} need a run directory, not the TFLite model {args.model}",
+        )
+    try:
+        translator = TFLiteTranslator(args.model)
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError("translate", error) from None
+    fixed = translator.search
+    if fixed and fixed.replace(**fields_of(args, SearchSettings)) != fixed:
+        raise CommandError(
+            "translate",
+            f"the TFLite model {args.model} searches as fixed at export ({fixed}); export it "
+            "again with the search parameters wanted",
+        )
+    lines = read_input(args.input)
+    if args.target_language:
+        lines = with_target_language(lines, translator.tokenizer, args.target_language)
+    translations, _ = translator.translate(lines)
+    write_output(args.output, "".join(text + "\n" for text in translations))
 
 
 def score(args):

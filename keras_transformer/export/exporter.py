@@ -52,12 +52,14 @@ class ExportOptions:
     )
     source_language: str | None = _option(
         None,
-        "saved_model: the source language code the export records (default: the run's "
+        "saved_model, tflite to a base path: the source language code the export records "
+        "(default: the run's "
         "source_language in its run.json)",
     )
     target_language: str | None = _option(
         None,
-        "saved_model: the target language code the export records (default: the run's "
+        "saved_model, tflite to a base path: the target language code the export records "
+        "(default: the run's "
         "target_language in its run.json)",
     )
 
@@ -74,8 +76,10 @@ class ExportOptions:
             )
         if self.warmup_batch_sizes and not self.jit_compile:
             raise ConfigError("warmup_batch_sizes needs jit_compile: only XLA compiles at warm-up")
-        if (self.source_language or self.target_language) and self.format != "saved_model":
-            raise ConfigError("source_language and target_language apply to format saved_model")
+        if (self.source_language or self.target_language) and self.format == "ctranslate2":
+            raise ConfigError(
+                "source_language and target_language apply to formats saved_model and tflite"
+            )
         if self.warmup_batch_sizes and min(self.warmup_batch_sizes) < 1:
             raise ConfigError(f"warmup_batch_sizes {list(self.warmup_batch_sizes)} must be >= 1")
 
@@ -98,6 +102,7 @@ def export(
             quantize=options.quantize,
             source_length=options.source_length,
             search=search,
+            languages=exported_languages(options, run_dir),
         )
     from keras_transformer.export.saved_model import export_saved_model
 

@@ -1,13 +1,9 @@
 """Export for serving: a SavedModel whose signatures translate raw strings with §6.1's beam search.
 
-The directory layout is the one TensorFlow Serving loads, one integer version per export:
+The directory layout is the one TensorFlow Serving loads, one integer version per export
+(`versions.write_next_version`: the next number, written whole or not at all):
 
     <base>/<version>/saved_model.pb, variables/, assets/subwords.model
-
-A new export takes the next version number, and is written to a hidden directory first, flushed
-to the disk and renamed into place, so a server watching `<base>` never sees half a model.
-Exports to one base take turns (an advisory lock on `<base>`), so that concurrent ones get
-versions of their own; one that cannot write (a full disk) leaves no version and says why.
 
 Signatures (everything in the graph: tokenization, beam search with its cache, detokenization):
 
@@ -84,22 +80,18 @@ Example (needs a trained run, so not run as a doctest)::
     export_saved_model(load_run("runs/m30k-ende"), "saved_models/m30k-ende")  # .../1/
 """
 
-import dataclasses
 import functools
-import json
 import logging
-import os
-import shutil
 from pathlib import Path
 
 import tensorflow as tf
 
-from durable_files import WriteError, hold_lock, sync_to_disk, write_atomically, write_error
 from keras_transformer.decoding.beam_search import BeamSearchResult
 from keras_transformer.decoding.forced import attention_weights
 from keras_transformer.decoding.search import best_of, n_best_search
 from keras_transformer.decoding.translator import LENGTH_BUCKET, bucketed_width, pad_rows_to_bucket
-from keras_transformer.export.layout import MODEL_INFO, WARMUP_REQUESTS
+from keras_transformer.export.layout import WARMUP_REQUESTS
+from keras_transformer.export.versions import model_info, write_model_info, write_next_version
 from keras_transformer.search_settings import SearchSettings
 from pipelines.tokenizer import EOS_ID, PAD_ID, UNK_ID
 
@@ -313,14 +305,6 @@ class TranslationModule(tf.Module):
         }
 
 
-def versions(base) -> list[int]:
-    """The integer version directories under `base`, ascending."""
-    base = Path(base)
-    if not base.is_dir():
-        return []
-    return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
-
-
 def pad_width_to_bucket(source_ids, bucket, limit):
     """Source ids `[batch, width]` with PAD columns up to `translator.bucketed_width(width,
     bucket, limit)`: `translator.pad_to_bucket` in the graph."""
@@ -390,28 +374,13 @@ def export_saved_model(
     for requests of each of `warmup_batch_sizes` sentences (a server's batch sizes, from TF
     Serving's `allowed_batch_sizes`, say; each costs a compilation a width at load).
     """
-    base = Path(base)
-    base.mkdir(parents=True, exist_ok=True)
-    with hold_lock(base):
-        version = (versions(base) or [0])[-1] + 1
-        final, staging = base / str(version), base / f".{version}.partial"
-        shutil.rmtree(staging, ignore_errors=True)  # a killed export's
-        try:
-            search = search or translator.search
-            _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes)
-            write_model_info(staging, model_info(translator, languages, search))
-            for path in [*staging.rglob("*"), staging]:
-                sync_to_disk(path)
-        except WriteError:  # the model info's, naming its file
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        except (OSError, tf.errors.OpError) as error:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise write_error(staging, error) from error
-        os.rename(staging, final)
-        sync_to_disk(base)
-    logger.info("exported version %d to %s", version, final)
-    return final
+    search = search or translator.search
+
+    def write(staging):
+        _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes)
+        write_model_info(staging, model_info(translator, languages, search))
+
+    return write_next_version(base, write)
 
 
 def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_sizes):
@@ -430,23 +399,3 @@ def _write_saved_model(translator, staging, search, jit_compile, warmup_batch_si
         with tf.io.TFRecordWriter(str(staging / WARMUP_REQUESTS)) as writer:
             for request in requests:
                 writer.write(request.SerializeToString())
-
-
-def model_info(translator, languages, search: SearchSettings) -> dict:
-    """The `MODEL_INFO` of `translator` translating `languages`, (source, target) codes, with
-    `search` in `serving_default`."""
-    tokens = {code: f">>{code}<<" for code in getattr(translator.tokenizer, "target_languages", [])}
-    return {
-        "source_language": languages[0],
-        "target_language": languages[1],
-        "target_language_tokens": tokens,
-        "max_length": translator.model.config.max_length,
-        "search": dataclasses.asdict(search),
-    }
-
-
-def write_model_info(version_dir: Path, info: dict):
-    path = version_dir / MODEL_INFO
-    path.parent.mkdir(exist_ok=True)
-    text = json.dumps(info, ensure_ascii=False, indent=2) + "\n"
-    write_atomically(path, lambda partial: partial.write_text(text, encoding="utf-8"))

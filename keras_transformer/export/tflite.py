@@ -18,7 +18,8 @@ Variables are frozen into constants first: LiteRT cannot read resource variables
 - `"float16"`: float16 (TFLite's `target_spec.supported_types`), turned back into float32 when
   the model loads: about half the size, the arithmetic float32's, the weights rounded to float16.
 
-Beside the model, `<name>.tokenizer/` holds what a caller tokenizes with (`TOKENIZER_NOTE`):
+Beside the model, `<name>.tokenizer/` holds what a caller tokenizes with
+(`layout.TFLITE_TOKENIZER_NOTE`):
 the subword model, or an imported Marian model's `source.spm`, `target.spm` and the piece ↔ id
 table `vocabulary.txt`, and `tokenizer.json` saying how to use them.
 
@@ -26,9 +27,12 @@ Example (needs a trained run, so not run as a doctest)::
 
     export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende.tflite")
     # saved_models/m30k-ende.tflite, saved_models/m30k-ende.tokenizer/
+    export_tflite(load_run("runs/m30k-ende"), "saved_models/m30k-ende-int8", "dynamic")
+    # saved_models/m30k-ende-int8/1/model.tflite, .../1/model.tokenizer/, a server's version
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import tempfile
@@ -39,14 +43,18 @@ import tensorflow as tf
 from durable_files import copy_atomically, write_atomically
 from keras_transformer import keras_internals
 from keras_transformer.decoding.search import best_hypotheses
-from keras_transformer.export.layout import TFLITE_QUANTIZATIONS
+from keras_transformer.export.layout import (
+    TFLITE_MODEL,
+    TFLITE_QUANTIZATIONS,
+    TFLITE_TOKENIZER_NOTE,
+    tflite_tokenizer_directory,
+)
+from keras_transformer.export.versions import model_info, write_model_info, write_next_version
 from keras_transformer.search_settings import SearchSettings
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
-# How a caller tokenizes for a TFLite model and reads its output, written beside it.
-TOKENIZER_NOTE = "tokenizer.json"
 MARIAN_RECIPE = {
     "encode": (
         "segment the text with source_model (as pieces); look each piece up in vocabulary "
@@ -101,8 +109,14 @@ def export_tflite(
     quantize=None,
     source_length=None,
     search=None,
+    languages=(None, None),
 ) -> Path:
     """Writes a builtin-ops-only LiteRT model (see the module docstring); returns its path.
+
+    `path`: a `.tflite` file, or else a base path whose next version directory
+    (`versions.write_next_version`) gets the model as `layout.TFLITE_MODEL`, its tokenizer
+    beside it and `layout.MODEL_INFO` naming `languages`, the (source, target) codes, as a
+    server loads it.
 
     `quantize`: one of `TFLITE_QUANTIZATIONS`, or `None` for float32 weights.
 
@@ -118,14 +132,27 @@ def export_tflite(
     source_length = source_length or min(TFLITE_SOURCE_LENGTH, max_source)
     if not 1 < source_length <= max_source:
         raise ValueError(f"source_length {source_length} must be in 2..{max_source} (max_length)")
+    search = search or translator.search
     with _without_notes(TENSORFLOW_NOTES):
-        flatbuffer = _convert(translator, source_length, search or translator.search, quantize)
+        flatbuffer = _convert(translator, source_length, search, quantize)
     path = Path(path)
+    if path.suffix != ".tflite":
+
+        def write(staging):
+            _write_model(staging / TFLITE_MODEL, flatbuffer, translator, source_length, search)
+            write_model_info(staging, model_info(translator, languages, search, source_length))
+
+        return write_next_version(path, write)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_tokenizer_files(translator.tokenizer, tokenizer_directory(path), source_length)
+    _write_model(path, flatbuffer, translator, source_length, search)
+    return path
+
+
+def _write_model(path, flatbuffer, translator, source_length, search):
+    directory = tflite_tokenizer_directory(path)
+    write_tokenizer_files(translator.tokenizer, directory, source_length, search)
     write_atomically(path, lambda partial: partial.write_bytes(flatbuffer))
     logger.info("wrote %s (%.1f MiB)", path, len(flatbuffer) / 2**20)
-    return path
 
 
 def _convert(translator, source_length, search, quantize) -> bytes:
@@ -158,15 +185,10 @@ def _convert(translator, source_length, search, quantize) -> bytes:
         return converter.convert()
 
 
-def tokenizer_directory(path) -> Path:
-    """Where the tokenizer of the TFLite model `path` lies: `<name>.tokenizer/` beside it."""
-    path = Path(path)
-    return path.with_name(f"{path.stem}.tokenizer")
-
-
-def write_tokenizer_files(tokenizer, directory, source_length):
-    """Copies `tokenizer`'s files into `directory` with a `TOKENIZER_NOTE` naming them, the
-    special ids, the fixed source length and how to encode and decode."""
+def write_tokenizer_files(tokenizer, directory, source_length, search: SearchSettings):
+    """Copies `tokenizer`'s files into `directory` with a `TFLITE_TOKENIZER_NOTE` naming them, the
+    special ids, the fixed source length, the `search` fixed in the model and how to encode and
+    decode."""
     if tokenizer.kind == "marian":
         files = {
             "source_model": tokenizer.source_asset,
@@ -187,10 +209,12 @@ def write_tokenizer_files(tokenizer, directory, source_length):
         "eos_id": EOS_ID,
         "unk_id": UNK_ID,
         "source_length": source_length,
+        "search": dataclasses.asdict(search),
         **note,
     }
     text = json.dumps(note, indent=1, ensure_ascii=False) + "\n"
-    write_atomically(directory / TOKENIZER_NOTE, lambda partial: partial.write_text(text, "utf-8"))
+    note_path = directory / TFLITE_TOKENIZER_NOTE
+    write_atomically(note_path, lambda partial: partial.write_text(text, "utf-8"))
 
 
 def _copy_asset(asset, directory) -> str:

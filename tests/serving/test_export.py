@@ -18,13 +18,14 @@ from tensorflow_serving.apis import prediction_log_pb2
 from keras_transformer import cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run
+from keras_transformer.export.layout import TFLITE_TOKENIZER_NOTE, tflite_tokenizer_directory
 from keras_transformer.export.saved_model import (
     WARMUP_REQUESTS,
     TranslationModule,
-    versions,
     warmup_requests,
 )
-from keras_transformer.export.tflite import TOKENIZER_NOTE, export_tflite, tokenizer_directory
+from keras_transformer.export.tflite import export_tflite
+from keras_transformer.export.versions import versions
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from pipelines.corpus import read_lines
@@ -338,8 +339,8 @@ def test_tflite_searches_with_its_min_length_and_penalty(translator, multi30k_di
 
 
 def test_tflite_ships_its_subword_model_and_how_to_tokenize(tflite_float, run_dir):
-    directory = tokenizer_directory(tflite_float)
-    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    directory = tflite_tokenizer_directory(tflite_float)
+    note = json.loads((directory / TFLITE_TOKENIZER_NOTE).read_text(encoding="utf-8"))
     model = directory / note["subword_model"]
     assert model.read_bytes() == (run_dir / "subwords.model").read_bytes()
     assert (note["eos_id"], note["source_length"]) == (EOS_ID, TFLITE_SOURCE)

@@ -27,8 +27,11 @@ from keras_transformer import cli
 from keras_transformer.decoding.search import beam_decode, greedy_decode
 from keras_transformer.decoding.translator import load_run, pad_to_bucket
 from keras_transformer.export.ctranslate2_export import export_ctranslate2
-from keras_transformer.export.layout import MODEL_INFO
-from keras_transformer.export.tflite import TOKENIZER_NOTE, tokenizer_directory
+from keras_transformer.export.layout import (
+    MODEL_INFO,
+    TFLITE_TOKENIZER_NOTE,
+    tflite_tokenizer_directory,
+)
 from keras_transformer.search_settings import SearchSettings
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -168,7 +171,7 @@ def tflite_greedy(path, sources):
 def tflite_sources(directory, texts):
     """Source ids as tokenizer.json tells a TFLite caller to make them, with the SentencePiece
     library and the vocabulary file alone."""
-    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    note = json.loads((directory / TFLITE_TOKENIZER_NOTE).read_text(encoding="utf-8"))
     vocabulary = (directory / note["vocabulary"]).read_text(encoding="utf-8").split("\n")[:-1]
     ids = {piece: i for i, piece in enumerate(vocabulary)}
     model = sentencepiece.SentencePieceProcessor(model_file=str(directory / note["source_model"]))
@@ -182,8 +185,8 @@ def tflite_sources(directory, texts):
 
 
 def test_tflite_greedy_ids_are_the_saved_models(tflite_models, saved_model):
-    directory = tokenizer_directory(tflite_models["float32"])
-    note = json.loads((directory / TOKENIZER_NOTE).read_text(encoding="utf-8"))
+    directory = tflite_tokenizer_directory(tflite_models["float32"])
+    note = json.loads((directory / TFLITE_TOKENIZER_NOTE).read_text(encoding="utf-8"))
     assert note["target_languages"] == ["deu", "fra"]
     sources = tflite_sources(directory, reference(MULTILINGUAL)["sources"])
     assert [until_eos(s[0].tolist()) for s in sources] == our_sources(MULTILINGUAL)

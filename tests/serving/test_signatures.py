@@ -66,8 +66,8 @@ def test_export_options_override_the_runs_languages(run_dir):
     assert exported_languages(ExportOptions(), run_dir) == ("en", "de")
     assert exported_languages(ExportOptions(target_language="fr"), run_dir) == ("en", "fr")
     assert exported_languages(ExportOptions(source_language="cs")) == ("cs", None)
-    with pytest.raises(ConfigError, match="apply to format saved_model"):
-        ExportOptions(format="tflite", source_language="en")
+    with pytest.raises(ConfigError, match="apply to formats saved_model and tflite"):
+        ExportOptions(format="ctranslate2", source_language="en")
 
 
 def test_loaded_version_has_its_info_and_weight_bytes(servable, translator):

@@ -8,8 +8,9 @@ loaded (LOADING, its warm-up requests run), then served (AVAILABLE); a request t
 version gets the newest AVAILABLE one, and a `version_labels` label names a version. A version
 the policy no longer wants (a newer one replaced it, or the policy changed) is UNLOADING until
 the requests in flight on it are answered, then END. `poll()` looks again, and
-`start_polling(seconds)` does it in a thread. A version that is incomplete (no saved_model.pb
-or variables yet, as while it is being copied) is skipped with a logged reason and looked at
+`start_polling(seconds)` does it in a thread. A version holding a TFLite export
+(`layout.TFLITE_MODEL`) is served through LiteRT (`litert_servable`), any other as a SavedModel.
+A version that is incomplete (no saved_model.pb or variables yet, as while it is being copied) is skipped with a logged reason and looked at
 again at the next poll; one that fails to load is END with its error, and the versions served
 keep serving (for `latest`, the next older one is loaded in its place). As TF Serving retries
 a failed load (`max_num_load_retries`), a failed version is loaded again at a later poll, after
@@ -26,8 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from keras_transformer.server.errors import bad_request, not_found, unavailable
+from keras_transformer.server.models.litert_servable import LiteRTServable
 from keras_transformer.server.models.model_config import Latest, Specific, VersionPolicy
-from keras_transformer.server.models.servable import END, UNLOADING, Servable, incomplete
+from keras_transformer.server.models.servable import (
+    END,
+    UNLOADING,
+    Servable,
+    incomplete,
+    is_tflite_version,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +167,8 @@ class ServedModel:
         if reason:
             logger.warning("skipping version %d of %s: %s", version, self.name, reason)
             return False
-        return self._load(Servable(self.name, version, directory))
+        kind = LiteRTServable if is_tflite_version(directory) else Servable
+        return self._load(kind(self.name, version, directory))
 
     def _retry_due(self, version: int) -> bool:
         failed = self._failed_loads.get(version)

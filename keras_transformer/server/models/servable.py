@@ -16,7 +16,13 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedMode
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, prediction_log_pb2
 
-from keras_transformer.export.layout import MODEL_INFO, WARMUP_REQUESTS
+from keras_transformer.export.layout import (
+    MODEL_INFO,
+    TFLITE_MODEL,
+    TFLITE_TOKENIZER_NOTE,
+    WARMUP_REQUESTS,
+    tflite_tokenizer_directory,
+)
 from keras_transformer.server.errors import ServingError, bad_request
 from keras_transformer.server.models.limits import Limits, declared_shape
 
@@ -27,8 +33,17 @@ DEFAULT_SIGNATURE = "serving_default"
 LOADING, AVAILABLE, UNLOADING, END = "LOADING", "AVAILABLE", "UNLOADING", "END"
 
 
+def is_tflite_version(path: Path) -> bool:
+    """Whether the version directory `path` holds a TFLite export rather than a SavedModel."""
+    return (Path(path) / TFLITE_MODEL).is_file()
+
+
 def incomplete(path: Path) -> str | None:
-    """Why the version directory `path` is not (yet) a whole SavedModel, or None."""
+    """Why the version directory `path` is not (yet) a whole SavedModel or TFLite export, or
+    None."""
+    if is_tflite_version(path):
+        note = tflite_tokenizer_directory(path / TFLITE_MODEL) / TFLITE_TOKENIZER_NOTE
+        return None if note.is_file() else f"no {note.relative_to(path)}"
     if not (path / "saved_model.pb").is_file():
         return "no saved_model.pb"
     if not (path / "variables" / "variables.index").is_file():
