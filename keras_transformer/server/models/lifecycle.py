@@ -10,9 +10,10 @@ the policy no longer wants (a newer one replaced it, or the policy changed) is U
 the requests in flight on it are answered, then END. `poll()` looks again, and
 `start_polling(seconds)` does it in a thread. A version holding a TFLite export
 (`layout.TFLITE_MODEL`) is served through LiteRT (`litert_servable`), any other as a SavedModel.
-A version that is incomplete (no saved_model.pb or variables yet, as while it is being copied) is skipped with a logged reason and looked at
-again at the next poll; one that fails to load is END with its error, and the versions served
-keep serving (for `latest`, the next older one is loaded in its place). As TF Serving retries
+A version that is incomplete (no saved_model.pb or variables yet, as while it is being
+copied) is skipped with a logged reason and looked at again at the next poll; one that fails
+to load is END with its error, and the versions served keep serving (for `latest`, the next
+older one is loaded in its place). As TF Serving retries
 a failed load (`max_num_load_retries`), a failed version is loaded again at a later poll, after
 a backoff that doubles at each failure (`retry_interval_s`, then twice that, ...), up to
 `max_load_retries` times: a version copied in two steps, its files present before their
