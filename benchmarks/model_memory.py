@@ -1,5 +1,6 @@
 """Many models in one server: the resident memory of 1, 2 and 4 OPUS-MT-base-shaped models, ours
-served from one model config file against LiteRT and CTranslate2 holding the same models.
+served from one model config file (SavedModels, and TFLite exports with int8 weights through
+LiteRT) against CTranslate2 holding the same models.
 
 Table: docs/PRETRAINED_PERFORMANCE.md#many-models-in-one-server.
 
@@ -12,9 +13,9 @@ runs. Then, for each count N of `--counts`:
   of one sentence to each model (its search traced, its buffers grown). The server's VmRSS and
   VmHWM.
   The server's threads are TensorFlow's defaults, one a core.
-- `litert-int8`: N LiteRT interpreters (XNNPACK) of the run's TFLite export with int8 weights
-  (`export --format tflite --quantize dynamic --beam 4`) in one process, after one translation
-  each.
+- `litert-int8`: the same server, naming N times the run's TFLite export with int8 weights
+  written as a server's version (`export --format tflite --quantize dynamic --beam 4 --output
+  BASE`: the serving defaults otherwise, a source of up to 64 subwords), served through LiteRT.
 - `ct2-float32`, `ct2-int8`: N `ctranslate2.Translator`s of the converted model in one process
   of the reference environment (`--threads` each), after one beam-4 translation of the same
   sentence each.
@@ -46,7 +47,7 @@ from records import child_record, machine, markdown_table, status_mib
 REPO = Path(__file__).resolve().parent.parent
 RESULT_TAG = "MODEL_MEMORY_RESULT "
 CT2_ENGINES = ("ct2-float32", "ct2-int8")
-TFLITE_INT8 = "model-int8.tflite"
+TFLITE_INT8 = "served-litert-int8"
 SENTENCE = "A man in a blue shirt is standing on a ladder cleaning windows."
 
 
@@ -55,18 +56,18 @@ def memory_of(pid="self") -> dict:
     return {"rss_mib": status_mib("VmRSS", pid), "peak_rss_mib": status_mib("VmHWM", pid)}
 
 
-def model_config(saved_model: Path, count: int) -> str:
+def model_config(base: Path, count: int) -> str:
     configs = "".join(
-        f'  config {{ name: "m{i}" base_path: "{saved_model}" model_platform: "tensorflow" }}\n'
+        f'  config {{ name: "m{i}" base_path: "{base}" model_platform: "tensorflow" }}\n'
         for i in range(count)
     )
     return f"model_config_list {{\n{configs}}}\n"
 
 
-def served_memory(saved_model: Path, count: int) -> dict:
-    """The server's memory with `count` models loaded, after one request to each."""
+def served_memory(base: Path, count: int) -> dict:
+    """The server's memory with `count` models of `base` loaded, after one request to each."""
     with tempfile.NamedTemporaryFile("w", suffix=".config") as config:
-        config.write(model_config(saved_model, count))
+        config.write(model_config(base, count))
         config.flush()
         command = [sys.executable, "-m", "keras_transformer", "serve"]
         command += ["--model-config-file", config.name, "--rest-port", "0", "--grpc-port", "0"]
@@ -108,21 +109,6 @@ def ct2_child(args):
     print(RESULT_TAG + json.dumps(memory_of()), flush=True)
 
 
-def litert_child(args):
-    """`--models` LiteRT interpreters of `--path`, one translation each."""
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreters = []
-    for _ in range(args.models):
-        interpreters.append(Interpreter(model_path=str(args.path), num_threads=args.threads))
-        translate = interpreters[-1].get_signature_runner("translate")
-        source = np.full(translate.get_input_details()["source_ids"]["shape"], 5, np.int32)
-        source[0, -1] = 0  # EOS, Marian's id 0
-        translate(source_ids=source)
-    print(RESULT_TAG + json.dumps(memory_of()), flush=True)
-
-
 def load_breakdown_child(args):
     """Where a SavedModel's memory goes: its graphs (loaded without the checkpoint), then
     everything (a second copy, the checkpoint restored), and its variables' bytes."""
@@ -149,7 +135,6 @@ def load_breakdown_child(args):
 
 def child_memory(args, engine, path, count) -> dict:
     python, child = {
-        "litert-int8": (sys.executable, "--litert-child"),
         "saved-model load": (sys.executable, "--load-breakdown-child"),
     }.get(engine, (str(args.reference_python), "--ct2-child"))
     command = [python, __file__, child, "--path", str(path), "--models", str(count)]
@@ -158,10 +143,10 @@ def child_memory(args, engine, path, count) -> dict:
 
 
 def tflite_int8(run: Path, workdir: Path) -> Path:
-    """The run's TFLite export with int8 weights and the other engines' beam, made once per
-    `--workdir`."""
+    """A base path whose version 1 is the run's TFLite export with int8 weights and the other
+    engines' beam, made once per `--workdir`."""
     path = workdir / TFLITE_INT8
-    if not path.is_file():
+    if not path.is_dir():
         command = [sys.executable, "-m", "keras_transformer", "export", "--model", str(run)]
         command += ["--format", "tflite", "--quantize", "dynamic", "--output", str(path)]
         command += ["--beam", str(pretrained.BEAM_SIZE)]  # the random checkpoint's config: 1
@@ -175,10 +160,11 @@ def measure(args, workdir: Path) -> list[dict]:
     paths["litert-int8"] = tflite_int8(paths["keras"], workdir)
     records = []
     for count in args.counts:
-        print(f"measuring saved-model x{count} ...", flush=True)
-        memory = served_memory(paths["saved-model"], count)
-        records.append({"engine": "saved-model", "models": count, **memory})
-        for engine in ("litert-int8", *CT2_ENGINES):
+        for engine in ("saved-model", "litert-int8"):
+            print(f"measuring {engine} x{count} ...", flush=True)
+            memory = served_memory(paths[engine], count)
+            records.append({"engine": engine, "models": count, **memory})
+        for engine in CT2_ENGINES:
             memory = child_memory(args, engine, paths[engine], count)
             records.append({"engine": engine, "models": count, **memory})
     breakdown = child_memory(args, "saved-model load", paths["saved-model"] / "1", 1)
@@ -220,14 +206,13 @@ def main():
     )
     parser.add_argument("--workdir", type=Path, help="keep the models here (default: a temp dir)")
     parser.add_argument("--out", type=Path)
-    # A child: CTranslate2's (in the reference environment) or LiteRT's.
+    # A child: CTranslate2's (in the reference environment), or where a SavedModel's memory goes.
     parser.add_argument("--ct2-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--litert-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--load-breakdown-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--models", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    children = {ct2_child: args.ct2_child, litert_child: args.litert_child}
+    children = {ct2_child: args.ct2_child}
     children[load_breakdown_child] = args.load_breakdown_child
     for child, chosen in children.items():
         if chosen:

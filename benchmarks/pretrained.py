@@ -13,6 +13,10 @@ meet. The same directory is then
 - `keras`, `keras-xla`, `saved-model`: imported with `keras-transformer import`, decoded by
   `Translator` (`translate`), the same compiled by XLA (`--jit-compile`), and its SavedModel's
   `serving_default`;
+- `litert-float32`, `litert-int8`: its TFLite export (`export --format tflite`, int8 weights by
+  dynamic-range quantization: `--quantize dynamic`), run by `TFLiteTranslator` on LiteRT's
+  XNNPACK kernels, what `translate --model x.tflite` and a server's LiteRT version run. It
+  decodes one sentence a call, so its batches of 16 and 64 are sentences in turn;
 - `torch`: transformers' `generate()`;
 - `ct2-float32`, `ct2-int8`: converted by CTranslate2's own converter
   (`ct2-transformers-converter --quantization`), run by `ctranslate2.Translator`.
@@ -63,7 +67,17 @@ from records import (
 REPO = Path(__file__).resolve().parent.parent
 put_checkout_first(REPO)  # `import ctranslate2` then finds the engine, not this directory's script
 
-ENGINES = ("keras", "keras-xla", "saved-model", "torch", "ct2-float32", "ct2-int8")
+ENGINES = (
+    "keras",
+    "keras-xla",
+    "saved-model",
+    "litert-float32",
+    "litert-int8",
+    "torch",
+    "ct2-float32",
+    "ct2-int8",
+)
+LITERT_QUANTIZATIONS = {"litert-float32": None, "litert-int8": "dynamic"}
 REFERENCE_ENGINES = ("torch", "ct2-float32", "ct2-int8")  # run in --reference-python
 # Traced (with XLA: compiled) once per batch shape, so warmed up at every batch size; the others
 # once, before batch 1.
@@ -176,6 +190,10 @@ def prepare_models(args, workdir: Path):
     paths = {"keras": run, "keras-xla": run, "saved-model": saved_model, "torch": checkpoint}
     if "saved-model" in args.engines and not saved_model.is_dir():
         export_saved_model(args, run, saved_model)
+    for engine, quantize in LITERT_QUANTIZATIONS.items():
+        paths[engine] = workdir / engine
+        if engine in args.engines and not paths[engine].is_dir():
+            export_litert(args, run, paths[engine], quantize)
     for quantization in ("float32", "int8"):
         converted = paths[f"ct2-{quantization}"] = workdir / f"ct2-{quantization}"
         if f"ct2-{quantization}" in args.engines and not converted.is_dir():
@@ -281,6 +299,16 @@ def export_saved_model(args, run: Path, saved_model: Path):
     export_saved_model(load_run(run), saved_model, search_settings(args))
 
 
+def export_litert(args, run: Path, base: Path, quantize):
+    """Version 1 of `base`: the TFLite export, with the sources' width and ours search."""
+    from keras_transformer.decoding.translator import load_run
+    from keras_transformer.export.tflite import export_tflite
+
+    translator = load_run(run)
+    search = search_settings(args)
+    export_tflite(translator, base, quantize, args.source_length, search)
+
+
 def run_child(args, engine, path, sources_path) -> dict:
     python = args.reference_python if engine in REFERENCE_ENGINES else Path(sys.executable)
     command = [
@@ -315,18 +343,20 @@ def measure_engine(args):
     record["load_average_before"] = os.getloadavg()[0]
     for batch in BATCH_SIZES:
         subset = sentences[: args.batch1_sentences if batch == 1 else args.sentences]
+        lengths, latencies = [], []
         if batch == 1 or args.engine in TRACED_ENGINES:
             start = time.perf_counter()
-            translate(subset[:batch], batch)
+            lengths += translate(subset[:batch], batch)  # checked with the measured ones
             record[f"warm_up_s_b{batch}"] = round(time.perf_counter() - start, 1)
-        lengths, latencies = [], []
         for i in range(0, len(subset), batch):
             start = time.perf_counter()
             lengths += translate(subset[i : i + batch], batch)
             latencies.append(time.perf_counter() - start)
         if set(lengths) != {args.target_length}:
             raise SystemExit(f"{args.engine} output lengths {sorted(set(lengths))}")
-        record[f"tokens_per_s_b{batch}"] = round(sum(lengths) / sum(latencies), 1)
+        record[f"tokens_per_s_b{batch}"] = round(
+            args.target_length * len(subset) / sum(latencies), 1
+        )
         record[f"seconds_b{batch}"] = round(sum(latencies), 2)
         if batch == 1:
             record["p50_ms_b1"] = round(1000 * statistics.median(latencies), 1)
@@ -404,6 +434,27 @@ def saved_model_engine(args):
                 extra_length=tf.constant(search.extra_length),
             )
             return (result["target_ids"].numpy() != 0).sum(axis=1).tolist()
+        return [args.target_length] * len(sentences)
+
+    return translate
+
+
+def litert_engine(args):
+    """`TFLiteTranslator.translate`, text in and out, a sentence a call whatever the batch; the
+    output lengths are those of its target ids, checked on the warm-up batch."""
+    tensorflow_threads(args.threads)  # the tokenizer's ops
+    from keras_transformer.export.layout import TFLITE_MODEL
+    from keras_transformer.export.tflite_translator import TFLiteTranslator
+
+    translator = TFLiteTranslator(args.path / "1" / TFLITE_MODEL, threads=args.threads)
+    warmed_up = []
+
+    def translate(sentences, batch):
+        translator.translate(sentences)
+        if not warmed_up:
+            warmed_up.append(batch)
+            targets, _ = translator.translate_ids(translator.source_ids(sentences))
+            return [len(target) for target in targets]
         return [args.target_length] * len(sentences)
 
     return translate
@@ -536,6 +587,8 @@ ENGINE_LOADERS = {
     "keras": keras_engine,
     "keras-xla": keras_engine,
     "saved-model": saved_model_engine,
+    "litert-float32": litert_engine,
+    "litert-int8": litert_engine,
     "torch": torch_engine,
     "ct2-float32": ct2_engine,
     "ct2-int8": ct2_engine,
