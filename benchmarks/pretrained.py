@@ -13,10 +13,12 @@ meet. The same directory is then
 - `keras`, `keras-xla`, `saved-model`: imported with `keras-transformer import`, decoded by
   `Translator` (`translate`), the same compiled by XLA (`--jit-compile`), and its SavedModel's
   `serving_default`;
-- `litert-float32`, `litert-int8`: its TFLite export (`export --format tflite`, int8 weights by
-  dynamic-range quantization: `--quantize dynamic`), run by `TFLiteTranslator` on LiteRT's
-  XNNPACK kernels, what `translate --model x.tflite` and a server's LiteRT version run. It
-  decodes one sentence a call, so its batches of 16 and 64 are sentences in turn;
+- `litert-float32`, `litert-int8`, `litert-int8-batch16`: its TFLite export (`export --format
+  tflite`, int8 weights by dynamic-range quantization: `--quantize dynamic`), run by
+  `TFLiteTranslator` on LiteRT's XNNPACK kernels, what `translate --model x.tflite` and a
+  server's LiteRT version run. The batch is fixed at export: one sentence a call (batches of 16
+  and 64 are sentences in turn), or 16 (`--batch-size 16`: a batch of 1 is filled to 16 with
+  copies of it, a batch of 64 is four calls);
 - `torch`: transformers' `generate()`;
 - `ct2-float32`, `ct2-int8`: converted by CTranslate2's own converter
   (`ct2-transformers-converter --quantization`), run by `ctranslate2.Translator`.
@@ -73,11 +75,17 @@ ENGINES = (
     "saved-model",
     "litert-float32",
     "litert-int8",
+    "litert-int8-batch16",
     "torch",
     "ct2-float32",
     "ct2-int8",
 )
-LITERT_QUANTIZATIONS = {"litert-float32": None, "litert-int8": "dynamic"}
+# Each TFLite export's weights (`--quantize`) and batch (`--batch-size`).
+LITERT_EXPORTS = {
+    "litert-float32": (None, 1),
+    "litert-int8": ("dynamic", 1),
+    "litert-int8-batch16": ("dynamic", 16),
+}
 REFERENCE_ENGINES = ("torch", "ct2-float32", "ct2-int8")  # run in --reference-python
 # Traced (with XLA: compiled) once per batch shape, so warmed up at every batch size; the others
 # once, before batch 1.
@@ -190,10 +198,10 @@ def prepare_models(args, workdir: Path):
     paths = {"keras": run, "keras-xla": run, "saved-model": saved_model, "torch": checkpoint}
     if "saved-model" in args.engines and not saved_model.is_dir():
         export_saved_model(args, run, saved_model)
-    for engine, quantize in LITERT_QUANTIZATIONS.items():
+    for engine, (quantize, batch_size) in LITERT_EXPORTS.items():
         paths[engine] = workdir / engine
         if engine in args.engines and not paths[engine].is_dir():
-            export_litert(args, run, paths[engine], quantize)
+            export_litert(args, run, paths[engine], quantize, batch_size)
     for quantization in ("float32", "int8"):
         converted = paths[f"ct2-{quantization}"] = workdir / f"ct2-{quantization}"
         if f"ct2-{quantization}" in args.engines and not converted.is_dir():
@@ -299,14 +307,14 @@ def export_saved_model(args, run: Path, saved_model: Path):
     export_saved_model(load_run(run), saved_model, search_settings(args))
 
 
-def export_litert(args, run: Path, base: Path, quantize):
+def export_litert(args, run: Path, base: Path, quantize, batch_size):
     """Version 1 of `base`: the TFLite export, with the sources' width and ours search."""
     from keras_transformer.decoding.translator import load_run
     from keras_transformer.export.tflite import export_tflite
 
     translator = load_run(run)
     search = search_settings(args)
-    export_tflite(translator, base, quantize, args.source_length, search)
+    export_tflite(translator, base, quantize, args.source_length, search, batch_size=batch_size)
 
 
 def run_child(args, engine, path, sources_path) -> dict:
@@ -589,6 +597,7 @@ ENGINE_LOADERS = {
     "saved-model": saved_model_engine,
     "litert-float32": litert_engine,
     "litert-int8": litert_engine,
+    "litert-int8-batch16": litert_engine,
     "torch": torch_engine,
     "ct2-float32": ct2_engine,
     "ct2-int8": ct2_engine,

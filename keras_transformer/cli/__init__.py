@@ -292,7 +292,10 @@ def _export(parser):
     from keras_transformer.export.exporter import ExportOptions
 
     _output_flag(
-        parser, "SavedModel base path, the .tflite file, or the new CTranslate2 directory", True
+        parser,
+        "SavedModel base path; TFLite: a .tflite file, or a base path for a server's version; "
+        "or the new CTranslate2 directory",
+        True,
     )
     add_arguments(parser, ExportOptions, "format")
 

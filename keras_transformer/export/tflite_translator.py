@@ -1,7 +1,8 @@
 """Translating with a TFLite export (`tflite.export_tflite`) as its tokenizer note says: the text
 tokenized by the subword model (or an imported Marian model's SentencePiece models) beside it,
-cut to the model's fixed source length with EOS kept, one sentence a call to LiteRT's interpreter,
-the ids up to EOS detokenized.
+cut to the model's fixed source length with EOS kept, a batch of the size fixed at export a call
+to LiteRT's interpreter (a short batch filled with copies of its last sentence), the ids up to
+EOS detokenized.
 
 This is the project's int8 path on a CPU (an export with `quantize="dynamic"`): LiteRT's XNNPACK
 kernels multiply int8 weights faster than TensorFlow multiplies float32 ones, where TensorFlow's
@@ -56,6 +57,7 @@ class TFLiteTranslator:
     Attributes:
         tokenizer: a `SubwordTokenizer` or `MarianTokenizer` of the files beside the model.
         source_length: the source width fixed at export, in subwords with EOS.
+        batch_size: the sentences one interpreter call decodes, fixed at export.
         search: the `SearchSettings` fixed in the model, or None for an export that predates
             the note's record of it.
 
@@ -74,6 +76,7 @@ class TFLiteTranslator:
         self.search = SearchSettings(**note["search"]) if "search" in note else None
         interpreter = Interpreter(model_path=str(self.path), num_threads=threads)
         self._translate = interpreter.get_signature_runner("translate")
+        self.batch_size = int(self._translate.get_input_details()["source_ids"]["shape"][0])
         self._turn = threading.Lock()
 
     def source_lengths(self, sentences) -> list[int]:
@@ -101,16 +104,18 @@ class TFLiteTranslator:
         return rows
 
     def translate_ids(self, source_ids) -> tuple[list[list[int]], np.ndarray]:
-        """Each row's target ids (to EOS, without it) and score, one interpreter call a row."""
-        targets, scores = [], np.zeros([len(source_ids)], np.float32)
-        for row, source in enumerate(source_ids):
+        """Each row's target ids (to EOS, without it) and score, `batch_size` rows a call."""
+        targets, scores = [], []
+        for start in range(0, len(source_ids), self.batch_size):
+            rows = source_ids[start : start + self.batch_size]
+            filled = np.concatenate([rows, np.repeat(rows[-1:], self.batch_size - len(rows), 0)])
             with self._turn:
-                output = self._translate(source_ids=source[None])
-            ids = output["target_ids"][0].tolist()
-            ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
-            targets.append([i for i in ids if i not in (PAD_ID, BOS_ID)])
-            scores[row] = output["scores"][0]
-        return targets, scores
+                output = self._translate(source_ids=filled)
+            for ids in output["target_ids"][: len(rows)].tolist():
+                ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
+                targets.append([i for i in ids if i not in (PAD_ID, BOS_ID)])
+            scores.append(output["scores"][: len(rows)])
+        return targets, np.concatenate(scores) if scores else np.zeros([0], np.float32)
 
     def translate(self, sentences) -> tuple[list[str], np.ndarray]:
         """Each sentence's translation and score (log P / lp as the export's search scores it;

@@ -58,6 +58,22 @@ def test_a_tflite_version_translates_as_the_keras_translator(base, run_dir):
     assert scores.shape == (3,) and (scores < 0).all()
 
 
+def test_a_batched_export_translates_as_one_sentence_a_call(base, run_dir, tmp_path):
+    # Four sentences in batches of 3: a full batch, then one sentence and two copies of it.
+    batched = tmp_path / "batched.tflite"
+    export = ["export", "--model", str(run_dir), "--format", "tflite", "--output", str(batched)]
+    export += ["--source-length", str(SOURCE_LENGTH), "--extra-length", str(EXTRA_LENGTH)]
+    cli.main([*export, "--batch-size", "3"])
+    batched = TFLiteTranslator(batched)
+    one = TFLiteTranslator(base / "1" / TFLITE_MODEL)
+    assert (batched.batch_size, one.batch_size) == (3, 1)
+    sentences = [*SENTENCES, "A child jumps."]
+    texts, scores = batched.translate(sentences)
+    expected_texts, expected_scores = one.translate(sentences)
+    assert texts == expected_texts
+    assert scores == pytest.approx(expected_scores, abs=1e-4)
+
+
 def test_a_long_sentence_is_cut_to_the_exports_source_length_loudly(int8, caplog):
     (length,) = int8.source_lengths([LONG])
     assert length > SOURCE_LENGTH
