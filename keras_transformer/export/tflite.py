@@ -17,7 +17,10 @@ Variables are frozen into constants first: LiteRT cannot read resource variables
 `WHILE` body. `quantize` (`layout.TFLITE_QUANTIZATIONS`) stores the weights smaller:
 
 - `"dynamic"`: int8 (dynamic-range quantization: a scale per weight tensor, activations quantized
-  on the fly for the matrix products), about a quarter of the float32 size;
+  on the fly for the matrix products), about a quarter of the float32 size. The embeddings are
+  looked up in an int8 copy of their table too (a scale per row, `int8_lookups`): TFLite's
+  converter would otherwise keep a float32 copy of the table for the lookups, and pass it into
+  the search's loop, where it took more memory than the rest of the model;
 - `"float16"`: float16 (TFLite's `target_spec.supported_types`), turned back into float32 when
   the model loads: about half the size, the arithmetic float32's, the weights rounded to float16.
 
@@ -36,11 +39,14 @@ Example (needs a trained run, so not run as a doctest)::
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
+import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from durable_files import copy_atomically, write_atomically
@@ -53,6 +59,7 @@ from keras_transformer.export.layout import (
     tflite_tokenizer_directory,
 )
 from keras_transformer.export.versions import model_info, write_model_info, write_next_version
+from keras_transformer.layers.embeddings import SharedEmbedding
 from keras_transformer.search_settings import SearchSettings
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -143,7 +150,8 @@ def export_tflite(
     if batch_size < 1:
         raise ValueError(f"batch_size {batch_size} must be >= 1")
     search = search or translator.search
-    with _without_notes(TENSORFLOW_NOTES):
+    lookups = int8_lookups(translator.model) if quantize == "dynamic" else contextlib.nullcontext()
+    with _without_notes(TENSORFLOW_NOTES), lookups:
         flatbuffer = _convert(translator, source_length, search, quantize, batch_size)
     path = Path(path)
     if path.suffix != ".tflite":
@@ -156,6 +164,33 @@ def export_tflite(
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_model(path, flatbuffer, translator, source_length, search)
     return path
+
+
+@contextlib.contextmanager
+def int8_lookups(model):
+    """Meanwhile, each `SharedEmbedding` of `model` looks tokens up in an int8 copy of its
+    table, a scale per row (abs-max / 127), as constants of the graph that traces it: in the
+    search's loop, its own. The logits still read the float32 table, which the converter
+    quantizes as the other weights."""
+    embeddings = [
+        layer for layer in keras_internals.sublayers(model) if isinstance(layer, SharedEmbedding)
+    ]
+    for layer in embeddings:
+        table = layer.embeddings.numpy()
+        scales = np.maximum(np.abs(table).max(axis=1), np.finfo(np.float32).tiny) / 127
+        quantized = np.round(table / scales[:, None]).astype(np.int8)
+        layer.call = functools.partial(_int8_lookup, quantized, scales, math.sqrt(layer.d_model))
+    try:
+        yield
+    finally:
+        for layer in embeddings:
+            del layer.call
+
+
+def _int8_lookup(quantized, scales, multiplier, token_ids):
+    ids = tf.cast(token_ids, tf.int32)
+    rows = tf.cast(tf.gather(tf.constant(quantized), ids), tf.float32)
+    return rows * (tf.gather(tf.constant(scales), ids) * multiplier)[..., None]
 
 
 def _write_model(path, flatbuffer, translator, source_length, search):
