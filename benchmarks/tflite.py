@@ -4,8 +4,8 @@ Table: docs/PRETRAINED.md#tflite-sizes.
 
 For each run, exports `export --format tflite` three times (`--quantize` none, `dynamic`,
 `float16`) with one search fixed in the model, and translates Multi30k test_2016_flickr one
-sentence at a time with the `ai_edge_litert` interpreter on `--threads` threads (tokenization
-outside the model, as on a device):
+sentence at a time with `TFLiteTranslator` (LiteRT's interpreter, what `translate --model
+x.tflite` runs) on `--threads` threads, tokenized outside the model as its tokenizer note says:
 
 - `--model`: a trained Multi30k run, beam 4, α 0.6, +50 (§6.1); sacreBLEU of each export
   against the references, and how many translations equal the float32 export's;
@@ -23,24 +23,22 @@ in the record.
 import argparse
 import datetime
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
-from ai_edge_litert.interpreter import Interpreter
+from records import machine
 
 from keras_transformer import runtime
 from keras_transformer.analysis.evaluation import corpus_scores
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.export.layout import TFLITE_QUANTIZATIONS
 from keras_transformer.export.tflite import TFLITE_SOURCE_LENGTH, export_tflite
+from keras_transformer.export.tflite_translator import TFLiteTranslator
 from keras_transformer.search_settings import SearchSettings
 from pipelines.corpus import read_lines
-from pipelines.tokenizer import EOS_ID, PAD_ID
 
 REPO = Path(__file__).resolve().parent.parent
 SPLIT = "test_2016_flickr"
@@ -72,7 +70,7 @@ def main():
     out = args.out or REPO / f"benchmarks/results/tflite-{now:%Y-%m-%dT%H%MZ}.jsonl"
     with out.open("w", encoding="utf-8") as file:
         for record in records:
-            record.update(utc=f"{now:%Y-%m-%dT%H:%MZ}", cores=len(os.sched_getaffinity(0)))
+            record.update(machine(), utc=f"{now:%Y-%m-%dT%H:%MZ}")
             file.write(json.dumps(record) + "\n")
     print(f"wrote {out}")
 
@@ -84,7 +82,6 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
     language = json.loads((run_dir / "run.json").read_text())["target_language"]
     sentences = read_lines(args.data_dir / f"{SPLIT}.en.gz")[:count]
     references = read_lines(args.data_dir / f"{SPLIT}.{language}.gz")[:count]
-    sources = fixed_width_sources(translator, sentences, args.source_length)
     records, float32_ids = [], None
     with tempfile.TemporaryDirectory() as scratch:
         for quantize in (None, *TFLITE_QUANTIZATIONS):
@@ -96,14 +93,14 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
                 args.source_length,
                 search,
             )
-            ids, seconds = translate_each(path, sources, args.threads)
+            ids, seconds = translate_each(path, sentences, args.threads)
             float32_ids = float32_ids or ids
             record = {
                 "run": str(run_dir),
                 "weights": weights,
                 "search": "greedy" if search.beam_size == 1 else f"beam{search.beam_size}",
                 "file_mib": round(path.stat().st_size / 2**20, 2),
-                "sentences": len(sources),
+                "sentences": len(sentences),
                 "same_ids_as_float32": sum(a == b for a, b in zip(ids, float32_ids, strict=True)),
                 "latency_median_ms": round(1000 * statistics.median(seconds), 1),
             }
@@ -117,26 +114,16 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
     return records
 
 
-def fixed_width_sources(translator, sentences, width) -> list[np.ndarray]:
-    """Each sentence's source ids `[1, width]`: truncated (EOS kept) or padded with PAD."""
-    rows = []
-    for ids in translator.encode_sentences(sentences):
-        ids = ids if len(ids) <= width else ids[: width - 1] + [EOS_ID]
-        rows.append(np.array([ids + [PAD_ID] * (width - len(ids))], np.int32))
-    return rows
-
-
-def translate_each(path, sources, threads):
-    """Each source's target ids (a list, to EOS or the end) and seconds, one call a sentence."""
-    runner = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner(
-        "translate"
-    )
+def translate_each(path, sentences, threads):
+    """Each sentence's target ids (a list, to EOS) and seconds, one call a sentence, as
+    `TFLiteTranslator` (what `translate --model x.tflite` runs) tokenizes and decodes."""
+    translator = TFLiteTranslator(path, threads)
     outputs, seconds = [], []
-    for source in sources:
+    for row in translator.source_ids(sentences):
         start = time.perf_counter()
-        target = runner(source_ids=source)["target_ids"][0].tolist()
+        (target,), _ = translator.translate_ids(row[None])
         seconds.append(time.perf_counter() - start)
-        outputs.append(target[: target.index(EOS_ID)] if EOS_ID in target else target)
+        outputs.append(target)
     return outputs, seconds
 
 

@@ -6,12 +6,16 @@ translates."""
 import logging
 import urllib.parse
 
+import numpy as np
 import pytest
 
 from keras_transformer import cli
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.export.layout import MODEL_INFO, TFLITE_MODEL
+from keras_transformer.export.tflite import int8_lookups
 from keras_transformer.export.tflite_translator import TFLiteTranslator
+from keras_transformer.keras_internals import sublayers
+from keras_transformer.layers.embeddings import SharedEmbedding
 from keras_transformer.server.apis.libretranslate import LibreTranslate, LibreTranslateSettings
 from keras_transformer.server.models.lifecycle import ServedModel
 from keras_transformer.server.models.model_config import Specific
@@ -72,6 +76,20 @@ def test_a_batched_export_translates_as_one_sentence_a_call(base, run_dir, tmp_p
     expected_texts, expected_scores = one.translate(sentences)
     assert texts == expected_texts
     assert scores == pytest.approx(expected_scores, abs=1e-4)
+
+
+def test_int8_lookups_are_within_half_a_step_of_the_table_and_end_with_the_export(run_dir):
+    model = load_run(run_dir).model
+    (embedding,) = [layer for layer in sublayers(model) if isinstance(layer, SharedEmbedding)]
+    ids = np.array([[1, 5, 7, 499]])
+    exact = embedding(ids).numpy()
+    with int8_lookups(model):
+        looked_up = embedding(ids).numpy()
+    table = embedding.embeddings.numpy()[ids[0]]
+    half_step = np.abs(table).max(axis=1) / 127 / 2 * np.sqrt(embedding.d_model)
+    assert (np.abs(looked_up - exact)[0] <= half_step[:, None] * (1 + 1e-5)).all()
+    assert not np.array_equal(looked_up, exact)
+    np.testing.assert_array_equal(embedding(ids).numpy(), exact)
 
 
 def test_a_long_sentence_is_cut_to_the_exports_source_length_loudly(int8, caplog):
