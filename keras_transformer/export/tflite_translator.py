@@ -125,7 +125,7 @@ class TFLiteTranslator:
             return [], np.zeros([0], np.float32)
         targets, scores = self.translate_ids(self.source_ids(sentences))
         texts = self.tokenizer.detokenize(tf.ragged.constant(targets, tf.int32, ragged_rank=1))
-        return [text.decode("utf-8") for text in texts.numpy()], scores
+        return [text.decode("utf-8", "replace") for text in texts.numpy()], scores
 
     def _pieces(self, sentences) -> list[list[int]]:
         return self.tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()

@@ -3,6 +3,7 @@ a version a server loads, `serve` answers it through LiteRT, and `translate --mo
 translates with it; each as the Keras `Translator` (float32) or the TFLite model itself (int8)
 translates."""
 
+import base64
 import logging
 import urllib.parse
 
@@ -137,6 +138,9 @@ def test_only_the_exports_search_and_signatures_are_answered(server, int8):
     body = {"signature_name": "translate_options", "inputs": {**inputs, "beam_size": 8}}
     status, reply = http(server, "/v1/models/lite:predict", body)
     assert status == 400 and "beam_size 4" in reply["error"] and "fixed at export" in reply["error"]
+    not_utf8 = {"b64": base64.b64encode(b"\xff\xfe dog").decode()}
+    status, reply = http(server, "/v1/models/lite:predict", {"inputs": {"text": [not_utf8]}})
+    assert status in (200, 400), reply  # the tokenizer's answer, never a server error
     body = {"signature_name": "attention", "inputs": {"text": ["A dog."], "translation": ["x"]}}
     status, reply = http(server, "/v1/models/lite:predict", body)
     assert status == 400 and "attention" in reply["error"]

@@ -156,5 +156,7 @@ class LiteRTServable(Servable):
         }
 
 
-def _strings(text) -> list[str]:
-    return [value.decode("utf-8") for value in np.ravel(text)]
+def _strings(text) -> list[bytes]:
+    """A request's strings as the tokenizer takes them: bytes, decoded in its graph as a
+    SavedModel's are (so bytes that are not UTF-8 get its answer, not a server error)."""
+    return np.ravel(text).tolist()
