@@ -17,7 +17,8 @@ fixed at export:
 `translate_options` takes only the export's own search (any other is refused, naming it) and
 returns one hypothesis: its n-best columns after the first are the empty slots of a SavedModel's
 (an empty translation, `NEG_INF`), and the first holds the best's score as `scores` gives it
-(log P for a greedy export, where a SavedModel's n-best scores divide by the length penalty). There is no `attention` signature and no `translate_ids`.
+(log P for a greedy export, where a SavedModel's n-best scores divide by the length penalty).
+There is no `attention` signature and no `translate_ids`.
 The interpreter decodes the batch size fixed at export (`export --batch-size`, 1 by default) a
 call, in turns; sentences longer than the export's source length are cut, as the SavedModel cuts
 at the model's `max_length`.
