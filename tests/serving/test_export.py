@@ -405,7 +405,7 @@ def test_two_concurrent_exports_take_the_next_versions_and_log_no_tensorflow_inf
         assert tf.saved_model.load(str(base / version)).signatures["serving_default"] is not None
     chatter = [r for r in caplog.records if r.name in ("absl", "tensorflow")]
     assert not chatter, [r.getMessage()[:200] for r in chatter]
-    assert any(r.name == "keras_transformer.export.saved_model" for r in caplog.records)
+    assert any(r.name == "keras_transformer.export.versions" for r in caplog.records)
 
 
 @pytest.mark.parametrize("export", ["exported", pytest.param("exported_jit", marks=JIT_LONG)])
