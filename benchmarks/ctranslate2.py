@@ -12,7 +12,7 @@ same number of threads for every engine (`--threads`, 2 by default):
 - `saved-model`: `export`'s SavedModel, its `serving_default` signature (strings in and out);
 - `ct2-float32`, `ct2-int8`: `export --format ctranslate2 [--quantization int8]`, run by
   `ctranslate2.Translator`, α as its length penalty (|Y|^α, not GNMT's ((5 + |Y|) / 6)^α:
-  docs/DESIGN.md, "CTranslate2").
+  docs/CTRANSLATE2.md).
 
 Each engine runs in a fresh child process (its own peak RSS, VmHWM). For each, beam-4 throughput in
 target tokens/s at batch 1 (the first `--batch1-sentences`, one call each: batch 1 over all

@@ -44,7 +44,7 @@ SentencePiece models copied beside.
 A configuration the spec cannot hold exactly is refused, naming why (`CTranslate2ExportError`).
 Settings of training alone (dropouts, label smoothing, the schedule, initializers) do not matter.
 Which of CTranslate2's decoding options reproduce our `Translator`, and where its beam search
-differs from ours, is in docs/DESIGN.md ("CTranslate2").
+differs from ours, is in docs/CTRANSLATE2.md.
 
 Example (needs a trained run, so not run as a doctest)::
 
