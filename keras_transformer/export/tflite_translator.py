@@ -25,6 +25,7 @@ import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer.export.layout import TFLITE_TOKENIZER_NOTE, tflite_tokenizer_directory
+from keras_transformer.export.mapped_pages import drop_pages
 from keras_transformer.search_settings import SearchSettings
 from pipelines.marian_tokenizer import MarianTokenizer
 from pipelines.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
@@ -61,7 +62,10 @@ class TFLiteTranslator:
         search: the `SearchSettings` fixed in the model, or None for an export that predates
             the note's record of it.
 
-    One interpreter serves one call at a time: calls from several threads take turns.
+    One interpreter serves one call at a time: calls from several threads take turns. After the
+    first call, which XNNPACK repacks the weights in, the pages of the model file it read them
+    from are dropped from memory (`mapped_pages.drop_pages`; what it saves:
+    docs/PRETRAINED_PERFORMANCE.md#many-models-in-one-server).
     """
 
     def __init__(self, path, threads=None):
@@ -78,6 +82,7 @@ class TFLiteTranslator:
         self._translate = interpreter.get_signature_runner("translate")
         self.batch_size = int(self._translate.get_input_details()["source_ids"]["shape"][0])
         self._turn = threading.Lock()
+        self._weights_packed = False
 
     def source_lengths(self, sentences) -> list[int]:
         """Each sentence's subwords with EOS, before the cut at `source_length`."""
@@ -111,6 +116,7 @@ class TFLiteTranslator:
             filled = np.concatenate([rows, np.repeat(rows[-1:], self.batch_size - len(rows), 0)])
             with self._turn:
                 output = self._translate(source_ids=filled)
+                self._drop_file_pages_once()
             for ids in output["target_ids"][: len(rows)].tolist():
                 ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
                 targets.append([i for i in ids if i not in (PAD_ID, BOS_ID)])
@@ -126,6 +132,12 @@ class TFLiteTranslator:
         targets, scores = self.translate_ids(self.source_ids(sentences))
         texts = self.tokenizer.detokenize(tf.ragged.constant(targets, tf.int32, ragged_rank=1))
         return [text.decode("utf-8", "replace") for text in texts.numpy()], scores
+
+    def _drop_file_pages_once(self):
+        if not self._weights_packed:
+            self._weights_packed = True
+            dropped = drop_pages(self.path)
+            logger.debug("dropped %.1f MiB of %s's pages", dropped / 2**20, self.path)
 
     def _pieces(self, sentences) -> list[list[int]]:
         return self.tokenizer.tokenize(tf.constant(list(sentences), tf.string)).to_list()

@@ -5,6 +5,7 @@ translates."""
 
 import base64
 import logging
+import sys
 import urllib.parse
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from keras_transformer import cli
 from keras_transformer.decoding.translator import load_run
 from keras_transformer.export.layout import MODEL_INFO, TFLITE_MODEL
+from keras_transformer.export.mapped_pages import resident_bytes
 from keras_transformer.export.tflite import int8_lookups
 from keras_transformer.export.tflite_translator import TFLiteTranslator
 from keras_transformer.keras_internals import sublayers
@@ -77,6 +79,20 @@ def test_a_batched_export_translates_as_one_sentence_a_call(base, run_dir, tmp_p
     expected_texts, expected_scores = one.translate(sentences)
     assert texts == expected_texts
     assert scores == pytest.approx(expected_scores, abs=1e-4)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/smaps")
+def test_the_first_call_drops_the_model_files_pages_and_changes_no_translation(base, int8):
+    path = base / "2" / TFLITE_MODEL
+    expected = int8.translate(SENTENCES)
+    fresh = TFLiteTranslator(path)
+    assert resident_bytes(path) > 0  # the interpreter read the file's structure
+    first = fresh.translate(SENTENCES[:1])
+    assert resident_bytes(path) == 0  # XNNPACK repacked the weights: the file's pages went
+    texts, scores = fresh.translate(SENTENCES)
+    assert (texts[0], scores[0]) == (first[0][0], first[1][0])
+    assert texts == expected[0]
+    np.testing.assert_array_equal(scores, expected[1])
 
 
 def test_int8_lookups_are_within_half_a_step_of_the_table_and_end_with_the_export(run_dir):
