@@ -545,7 +545,8 @@ def profile(args, workdir: Path):
     """Prints where our plain search (`keras`: `Translator` without XLA) spends one batch of
     `--profile` sentences: the wall time of a call, and the thread time of its TensorFlow ops
     (tf.profiler, read as `profile_step.py` reads it), by the part of the model they belong to
-    (`MODEL_PARTS`), ms a call; then the largest ops by name."""
+    (`MODEL_PARTS`), ms a call; then the largest ops by name. Writes the same as one JSON line to
+    `--out` (default `benchmarks/results/pretrained-profile-<UTC stamp>.jsonl`)."""
     from profile_step import op_times
 
     args.engines = ["keras"]
@@ -579,9 +580,27 @@ def profile(args, workdir: Path):
     )
     for part, ms in parts.most_common():
         print(f"  {part:<44} {ms:9,.0f} ms  {100 * ms / total:5.1f}%")
+    largest = collections.Counter(ops).most_common(15)
     print("largest ops:")
-    for name, ms in collections.Counter(ops).most_common(15):
+    for name, ms in largest:
         print(f"  {ms:9,.0f}  {name}")
+    now = datetime.datetime.now(datetime.UTC)
+    out = args.out or REPO / f"benchmarks/results/pretrained-profile-{now:%Y-%m-%dT%H%MZ}.jsonl"
+    record = {
+        "engine": "keras",
+        "sentences": len(sentences),
+        "beam_size": BEAM_SIZE,
+        "target_length": args.target_length,
+        "threads": args.threads,
+        "call_ms": round(call_ms),
+        "op_thread_ms": round(total),
+        "parts_ms": {part: round(ms) for part, ms in parts.most_common()},
+        "largest_ops_ms": {name: round(ms) for name, ms in largest},
+        **machine(),
+        "utc": f"{now:%Y-%m-%dT%H:%MZ}",
+    }
+    out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 def model_part(op_name) -> str:

@@ -10,7 +10,10 @@ x.tflite` runs) on `--threads` threads, tokenized outside the model as its token
 - `--model`: a trained Multi30k run, beam 4, α 0.6, +50 (§6.1); sacreBLEU of each export
   against the references, and how many translations equal the float32 export's;
 - `--imported`: imported pretrained models (`keras-transformer import`), greedy; how many of
-  each export's target ids equal the float32 export's, sentence for sentence.
+  each export's target ids equal the float32 export's, sentence for sentence. The independent
+  reference beside them: the same count for CTranslate2 (what LibreTranslate runs), its int8
+  conversion against its float32 one (`export --format ctranslate2 [--quantization int8]`),
+  given the same source pieces, greedy, one sentence a call.
 
 Also each file's size and the median latency of a sentence. One JSON line per run and export
 in the record.
@@ -29,7 +32,7 @@ import time
 from pathlib import Path
 
 import tensorflow as tf
-from records import machine
+from records import machine, put_checkout_first
 
 from keras_transformer import runtime
 from keras_transformer.analysis.evaluation import corpus_scores
@@ -66,6 +69,7 @@ def main():
     for run_dir in args.imported:
         greedy = SearchSettings(beam_size=1)
         records += compare_exports(args, run_dir, greedy, args.imported_sentences)
+        records += compare_ctranslate2(args, run_dir, greedy, args.imported_sentences)
     now = datetime.datetime.now(datetime.UTC)
     out = args.out or REPO / f"benchmarks/results/tflite-{now:%Y-%m-%dT%H%MZ}.jsonl"
     with out.open("w", encoding="utf-8") as file:
@@ -97,11 +101,12 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
             float32_ids = float32_ids or ids
             record = {
                 "run": str(run_dir),
+                "engine": "litert",
                 "weights": weights,
                 "search": "greedy" if search.beam_size == 1 else f"beam{search.beam_size}",
                 "file_mib": round(path.stat().st_size / 2**20, 2),
                 "sentences": len(sentences),
-                "same_ids_as_float32": sum(a == b for a, b in zip(ids, float32_ids, strict=True)),
+                "same_ids_as_float32": agreeing(ids, float32_ids),
                 "latency_median_ms": round(1000 * statistics.median(seconds), 1),
             }
             if search.beam_size > 1:
@@ -112,6 +117,54 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
             print(json.dumps(record), flush=True)
             records.append(record)
     return records
+
+
+def compare_ctranslate2(args, run_dir: Path, search: SearchSettings, count: int) -> list[dict]:
+    """CTranslate2's float32 and int8 conversions of `run_dir`, greedy: the int8 one's agreement
+    with the float32 one, and the median latency of a sentence."""
+    put_checkout_first(REPO)  # `import ctranslate2`: the engine, not the script beside this one
+    import ctranslate2
+
+    from keras_transformer.export.ctranslate2_export import export_ctranslate2
+
+    translator = load_run(run_dir)
+    sentences = read_lines(args.data_dir / f"{SPLIT}.en.gz")[:count]
+    sources = [translator.tokenizer.pieces(ids) for ids in translator.encode_sentences(sentences)]
+    records, float32_pieces = [], None
+    with tempfile.TemporaryDirectory() as scratch:
+        for quantization in (None, "int8"):
+            weights = quantization or "float32"
+            path = export_ctranslate2(translator, Path(scratch) / weights, quantization)
+            engine = ctranslate2.Translator(str(path), device="cpu", intra_threads=args.threads)
+            pieces, seconds = [], []
+            for source in sources:
+                start = time.perf_counter()
+                (result,) = engine.translate_batch(
+                    [source],
+                    beam_size=search.beam_size,
+                    max_decoding_length=len(source) + search.extra_length,
+                    min_decoding_length=0,
+                )
+                seconds.append(time.perf_counter() - start)
+                pieces.append(result.hypotheses[0])
+            float32_pieces = float32_pieces or pieces
+            record = {
+                "run": str(run_dir),
+                "engine": "ctranslate2",
+                "weights": weights,
+                "search": "greedy",
+                "sentences": len(sentences),
+                "same_ids_as_float32": agreeing(pieces, float32_pieces),
+                "latency_median_ms": round(1000 * statistics.median(seconds), 1),
+            }
+            print(json.dumps(record), flush=True)
+            records.append(record)
+    return records
+
+
+def agreeing(outputs, reference) -> int:
+    """How many of `outputs` equal `reference`'s, sentence for sentence."""
+    return sum(output == expected for output, expected in zip(outputs, reference, strict=True))
 
 
 def translate_each(path, sentences, threads):
