@@ -194,7 +194,7 @@ def _map_cache(fn, cache, position_axes):
 def _block_ends(position_axes, max_decode_length):
     """The steps at which the cache grows by a block: `CACHE_BLOCK`, 2 `CACHE_BLOCK`, ... up to
     `max_decode_length`; one block of all positions without position axes or a static length."""
-    if position_axes is None or not isinstance(max_decode_length, int):
+    if not _any_positions(position_axes) or not isinstance(max_decode_length, int):
         return [max_decode_length]
     return [
         min(end, max_decode_length)
@@ -204,6 +204,10 @@ def _block_ends(position_axes, max_decode_length):
 
 def _has_positions(axis):
     return isinstance(axis, int)
+
+
+def _any_positions(position_axes) -> bool:
+    return position_axes is not None and any(map(_has_positions, tf.nest.flatten(position_axes)))
 
 
 def _positions(cache, position_axes, start, end):
@@ -341,7 +345,11 @@ def _compacted_search(
 ):
     """The search in one loop whose shapes change (not under XLA): each sentence leaves the
     batch once done, and the cache grows by a block at the first step of each."""
-    first_end = tf.minimum(CACHE_BLOCK, max_decode_length) if position_axes else max_decode_length
+    first_end = (
+        tf.minimum(CACHE_BLOCK, max_decode_length)
+        if _any_positions(position_axes)
+        else max_decode_length
+    )
     state = state._replace(cache=_positions(initial_cache, position_axes, 0, first_end))
     carried = Compacted(max_lengths, tf.range(tf.shape(max_lengths)[0]), _results_of(state))
 
@@ -353,7 +361,7 @@ def _compacted_search(
         return state._replace(cache=cache)
 
     def body(state, carried):
-        if position_axes:
+        if _any_positions(position_axes):
             at_block_start = (state.step > 0) & (state.step % CACHE_BLOCK == 0)
             state = tf.cond(at_block_start, lambda: grown(state, carried), lambda: state)
         return _step_and_drop_done(expand, is_open, beam_size, state, carried)

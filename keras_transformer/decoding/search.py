@@ -197,6 +197,12 @@ def _position_axes(cache, cached):
     return 1, FIXED, FIXED
 
 
+def _without_positions(axes):
+    """`axes` with no tensor's positions named (one block: the whole cache), the `FIXED`
+    tensors kept out of the reordering."""
+    return tf.nest.map_structure(lambda axis: FIXED if axis == FIXED else None, axes)
+
+
 def _search_inputs(model, source_ids, extra_length, copies, cached, constraint, longest_extra):
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     length = max_decode_length(model, source_ids, longest_extra or extra_length)
@@ -270,8 +276,8 @@ def beam_decode(
     `cache_blocks`: grow the decoding cache by blocks of `beam_search.CACHE_BLOCK` positions,
     a loop per block (less to gather and attend over in the early steps); False searches in one
     loop over the whole cache, as a LiteRT model wants: its delegate packs the weights of every
-    loop anew, and each loop carries its own copy of the tensors it takes in. The results are
-    the same."""
+    loop anew, and each loop carries its own copy of the tensors it takes in. Either way the
+    encoder-decoder keys and values are never reordered. The results are the same."""
     step_fn, first_ids, cache, length, limits, axes = _search_inputs(
         model, source_ids, extra_length, beam_size, cached, constraint, longest_extra
     )
@@ -284,7 +290,7 @@ def beam_decode(
         length,
         limits,
         banned_ids=NEVER_GENERATED,
-        position_axes=axes if cache_blocks else None,
+        position_axes=axes if cache_blocks else _without_positions(axes),
         compact=compact,
         exact_hypotheses=exact_hypotheses,
         min_length=min_length,

@@ -207,7 +207,9 @@ class Transformer(keras.Model):
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             x, layer_cache = layer.decode_step(x, step, layer_cache, cross_mask)
             new_cache.append(layer_cache)
-        return self._logits(x)[:, 0, :], tuple(new_cache)
+        # The one position taken before the output projection: after it, taking it would copy
+        # the `[batch, vocab]` logits (a strided copy in LiteRT).
+        return self._logits(x[:, 0, :]), tuple(new_cache)
 
     def greedy_ids(self, source_ids, start_ids, length):
         """Cached greedy decoding in `keras.ops`, on any backend: `length` positions after
