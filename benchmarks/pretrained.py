@@ -40,7 +40,7 @@ returned, checked to be `--target-length` a sentence (ours: on their warm-up bat
         [--batch1-sentences 8] [--source-length 16] [--target-length 16]
         [--reference-python ../venv-reference/bin/python]
         [--out benchmarks/results/pretrained-<UTC stamp>.jsonl]
-    .venv/bin/python benchmarks/pretrained.py --profile 64   # where a batch's time goes (ours)
+    .venv/bin/python benchmarks/pretrained.py --profile 64   # where a batch goes (ours, LiteRT)
 """
 
 import argparse
@@ -50,6 +50,7 @@ import gzip
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -530,10 +531,11 @@ def ct2_engine(args):
 
 # --profile: where our search spends a batch.
 
-# The part of the model an op belongs to, by words of its name (the first part that matches):
-# the tied output projection is the loop's own Tensordot, outside every layer's scope.
+# The part of the model an op belongs to, by patterns of its lowercased name (the first part
+# that matches): the tied output projection is the loop's own matrix product, outside every
+# layer's scope (a Tensordot, or a MatMul that grappler fused with the output bias's add).
 MODEL_PARTS = (
-    ("output projection (58k logits)", ("/while/tensordot",)),
+    ("output projection (58k logits)", ("/while/tensordot", r"/while/[^/]*:\w*matmul$")),
     ("feed-forward", ("feed_forward",)),
     ("attention projections (Q, K, V, output)", ("query_", "key_", "value_", "output_")),
     ("beam search: log-softmax, top-k, reordering", ("logsoftmax", "topk", "gather")),
@@ -545,11 +547,12 @@ def profile(args, workdir: Path):
     """Prints where our plain search (`keras`: `Translator` without XLA) spends one batch of
     `--profile` sentences: the wall time of a call, and the thread time of its TensorFlow ops
     (tf.profiler, read as `profile_step.py` reads it), by the part of the model they belong to
-    (`MODEL_PARTS`), ms a call; then the largest ops by name. Writes the same as one JSON line to
+    (`MODEL_PARTS`), ms a call; then the largest ops by name. Then where our int8 path
+    (`litert-int8-batch16`) spends its calls (`litert_profile`). Writes both as JSON lines to
     `--out` (default `benchmarks/results/pretrained-profile-<UTC stamp>.jsonl`)."""
     from profile_step import op_times
 
-    args.engines = ["keras"]
+    args.engines = ["keras", LITERT_PROFILED]
     tensorflow_threads(args.threads)  # before `prepare_models`' import starts TensorFlow
     paths, sources_path = prepare_models(args, workdir)
     import tensorflow as tf
@@ -584,29 +587,76 @@ def profile(args, workdir: Path):
     print("largest ops:")
     for name, ms in largest:
         print(f"  {ms:9,.0f}  {name}")
+    records = [
+        {
+            "engine": "keras",
+            "call_ms": round(call_ms),
+            "op_thread_ms": round(total),
+            "parts_ms": {part: round(ms) for part, ms in parts.most_common()},
+            "largest_ops_ms": {name: round(ms) for name, ms in largest},
+        },
+        litert_profile(args, paths[LITERT_PROFILED], sentences),
+    ]
     now = datetime.datetime.now(datetime.UTC)
     out = args.out or REPO / f"benchmarks/results/pretrained-profile-{now:%Y-%m-%dT%H%MZ}.jsonl"
-    record = {
-        "engine": "keras",
-        "sentences": len(sentences),
-        "beam_size": BEAM_SIZE,
-        "target_length": args.target_length,
-        "threads": args.threads,
-        "call_ms": round(call_ms),
-        "op_thread_ms": round(total),
-        "parts_ms": {part: round(ms) for part, ms in parts.most_common()},
-        "largest_ops_ms": {name: round(ms) for name, ms in largest},
-        **machine(),
-        "utc": f"{now:%Y-%m-%dT%H:%MZ}",
-    }
-    out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with out.open("w", encoding="utf-8") as file:
+        for record in records:
+            record.update(
+                sentences=len(sentences),
+                beam_size=BEAM_SIZE,
+                target_length=args.target_length,
+                threads=args.threads,
+                **machine(),
+                utc=f"{now:%Y-%m-%dT%H:%MZ}",
+            )
+            file.write(json.dumps(record) + "\n")
     print(f"wrote {out}")
+
+
+LITERT_PROFILED = "litert-int8-batch16"
+# A line of `perf report --stdio -g none`: "  18.98%  [.] symbol".
+PERF_LINE = re.compile(r"^\s+([\d.]+)%\s+\[[.k]\]\s+(.+?)\s*$", re.MULTILINE)
+
+
+def litert_profile(args, export: Path, sentences, calls=3) -> dict:
+    """Where LiteRT spends `calls` calls of `TFLiteTranslator` on `sentences` after a warm-up
+    call: `perf record` on this process meanwhile, its CPU samples' shares by native function
+    (`perf report --sort symbol`), the 15 largest, in percent; needs Linux's `perf`."""
+    from keras_transformer.export.layout import TFLITE_MODEL
+    from keras_transformer.export.tflite_translator import TFLiteTranslator
+
+    translator = TFLiteTranslator(export / "1" / TFLITE_MODEL, threads=args.threads)
+    translator.translate(sentences)  # XNNPACK packs its weights
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "perf.data"
+        command = ["perf", "record", "-F", "499", "-o", str(data), "-p", str(os.getpid())]
+        perf = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        time.sleep(2)  # perf attaches
+        start = time.perf_counter()
+        for _ in range(calls):
+            translator.translate(sentences)
+        call_ms = 1000 * (time.perf_counter() - start) / calls
+        perf.send_signal(signal.SIGINT)
+        perf.wait()
+        report = ["perf", "report", "-i", str(data), "--no-children", "--sort", "symbol"]
+        report = subprocess.run(
+            [*report, "--stdio", "-g", "none"], capture_output=True, text=True, check=True
+        ).stdout
+    shares = [(float(share), name[:120]) for share, name in PERF_LINE.findall(report)]
+    for share, name in shares[:15]:
+        print(f"  {share:5.1f}%  {name}")
+    return {
+        "engine": LITERT_PROFILED,
+        "call_ms": round(call_ms),
+        "largest_functions_percent": {name: share for share, name in shares[:15]},
+    }
 
 
 def model_part(op_name) -> str:
     name = op_name.lower()
     return next(
-        (part for part, words in MODEL_PARTS if any(word in name for word in words)), "other"
+        (part for part, patterns in MODEL_PARTS if any(re.search(p, name) for p in patterns)),
+        "other",
     )
 
 
