@@ -103,7 +103,7 @@ def compare_exports(args, run_dir: Path, search: SearchSettings, count: int) -> 
                 "run": str(run_dir),
                 "engine": "litert",
                 "weights": weights,
-                "search": "greedy" if search.beam_size == 1 else f"beam{search.beam_size}",
+                "search": search_name(search),
                 "file_mib": round(path.stat().st_size / 2**20, 2),
                 "sentences": len(sentences),
                 "same_ids_as_float32": agreeing(ids, float32_ids),
@@ -152,7 +152,7 @@ def compare_ctranslate2(args, run_dir: Path, search: SearchSettings, count: int)
                 "run": str(run_dir),
                 "engine": "ctranslate2",
                 "weights": weights,
-                "search": "greedy",
+                "search": search_name(search),
                 "sentences": len(sentences),
                 "same_ids_as_float32": agreeing(pieces, float32_pieces),
                 "latency_median_ms": round(1000 * statistics.median(seconds), 1),
@@ -160,6 +160,10 @@ def compare_ctranslate2(args, run_dir: Path, search: SearchSettings, count: int)
             print(json.dumps(record), flush=True)
             records.append(record)
     return records
+
+
+def search_name(search: SearchSettings) -> str:
+    return "greedy" if search.beam_size == 1 else f"beam{search.beam_size}"
 
 
 def agreeing(outputs, reference) -> int:
